@@ -1,0 +1,73 @@
+"""regency: single-controller distributed programming in pure Python.
+
+One ordinary Python script (the controller) spawns meshes of processes and actors and drives
+them as if programming one machine. The API follows ``monarch.actor`` name for name; see
+:mod:`regency.actor`.
+"""
+
+from __future__ import annotations
+
+import logging as _logging
+
+from .actor import (
+    Accumulator,
+    Actor,
+    ActorError,
+    ActorMesh,
+    Channel,
+    Extent,
+    Future,
+    HostMesh,
+    MeshFailure,
+    Point,
+    Port,
+    PortReceiver,
+    ProcMesh,
+    SupervisionError,
+    ValueMesh,
+    as_endpoint,
+    concurrent_endpoint,
+    context,
+    current_rank,
+    current_size,
+    endpoint,
+    get_or_spawn_controller,
+    send,
+    shutdown_context,
+    this_host,
+    this_proc,
+)
+
+__version__ = "0.1.0"
+
+_logging.getLogger("regency").addHandler(_logging.NullHandler())
+
+__all__ = [
+    "Accumulator",
+    "Actor",
+    "ActorError",
+    "ActorMesh",
+    "Channel",
+    "Extent",
+    "Future",
+    "HostMesh",
+    "MeshFailure",
+    "Point",
+    "Port",
+    "PortReceiver",
+    "ProcMesh",
+    "SupervisionError",
+    "ValueMesh",
+    "__version__",
+    "as_endpoint",
+    "concurrent_endpoint",
+    "context",
+    "current_rank",
+    "current_size",
+    "endpoint",
+    "get_or_spawn_controller",
+    "send",
+    "shutdown_context",
+    "this_host",
+    "this_proc",
+]

@@ -1,0 +1,1 @@
+"""User-facing objects: actors, endpoints, meshes, futures, ports and context."""

@@ -1,0 +1,22 @@
+"""``as_endpoint``: use a non-endpoint method of a spawned mesh with the adverbs."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from ._actor import NotAnEndpoint
+from ._endpoint import Endpoint
+
+
+def as_endpoint(method: Any, *, propagate: Any = None,
+                explicit_response_port: bool = False) -> Endpoint[Any]:
+    """Wrap ``mesh.method`` (a method not marked ``@endpoint``) as an Endpoint."""
+    if isinstance(method, Endpoint):
+        return method
+    if not isinstance(method, NotAnEndpoint):
+        raise TypeError(f"as_endpoint needs a method of a spawned mesh, got {method!r}")
+    mesh = method._mesh
+    fn = getattr(mesh._cls, method._name)
+    params = list(inspect.signature(fn).parameters.values())[1 + int(explicit_response_port):]
+    return Endpoint(mesh, method._name, inspect.Signature(params), explicit_response_port)

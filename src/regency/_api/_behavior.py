@@ -1,0 +1,294 @@
+"""How an actor handles its messages: the behavior an actor cell runs.
+
+One ``ActorBehavior`` per actor: it builds the user's object (``__init__`` as the first item
+in the mailbox), looks up endpoints, binds the message's context (rank of the message within
+the slice it was sent to), runs the endpoint, and answers the caller's port. Exceptions with a
+caller become ``ActorError`` there and the actor lives on; anything else that escapes (an
+exception in ``__init__`` or in a ``broadcast``, a ``BaseException``) fails the actor and is
+reported to its owner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import traceback
+from functools import cached_property
+from typing import Any
+
+from .._mesh import Extent, Point, Shape, Slice
+from .._runtime import _messages as m
+from .._runtime._pickling import loads
+from .._runtime._runtime import Runtime
+from ..errors import MeshFailure
+from ._actor import Actor, endpoints_of, is_async_actor
+from ._context import Context, Instance, empty_point, set_context
+from ._ports import Port
+
+
+class MessageContext(Context):
+    """A context whose message rank is computed only when asked for."""
+
+    def __init__(self, instance: Instance, cast: tuple[Any, ...], global_rank: int) -> None:
+        self.actor_instance = instance
+        self._cast = cast
+        self.global_rank = global_rank
+
+    @cached_property
+    def message_rank(self) -> Point:  # type: ignore[override]
+        labels, offset, sizes, strides = self._cast
+        shape = Shape(labels, Slice(offset, sizes, strides))
+        return Point(shape.local_rank(self.global_rank), Extent(labels, sizes))
+
+
+class ActorBehavior:
+    """Runs one actor: construction, messages, supervision of what it owns, cleanup."""
+
+    def __init__(self, rt: Runtime, msg: dict[str, Any], global_rank: int) -> None:
+        self.rt = rt
+        self.uid: str = msg["uid"]
+        self.cls: type[Actor] = msg["cls"]
+        self.args = msg["args"]
+        self.kwargs = msg["kwargs"]
+        self.g = global_rank
+        shape: Shape = msg["shape"]
+        self.local = shape.local_rank(global_rank)
+        self.rank = shape.point(self.local)
+        self.owner: str = msg["owner"]
+        self.owner_uid: str | None = msg["owner_uid"]
+        self.is_async = is_async_actor(self.cls)
+        self.endpoints = endpoints_of(self.cls)
+        self.class_name = f"{self.cls.__module__}.{self.cls.__qualname__}"
+        self.instance = Instance(
+            actor_id=f"{self.uid}{dict(self.rank)}@{rt.address}", name=msg["name"],
+            class_name=self.class_name, rank=self.rank, proc_id=rt.address,
+            creator=msg["creator"], mesh_uid=self.uid, _proc_mesh=msg["proc_mesh"],
+            _stop=self.request_stop,
+        )
+        self.context = Context(self.instance, empty_point())
+        self.actor: Actor | None = None
+        self.failure: MeshFailure | None = None
+        self.current: str | None = None
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.stop_requested: str | None = None
+
+    # -- construction ------------------------------------------------------------------------
+    def setup_context(self) -> None:
+        set_context(self.context)
+
+    def init(self, ack: tuple[str, int]) -> None:
+        """Construct the user's object (first item of the mailbox)."""
+        try:
+            obj = self.cls.__new__(self.cls)
+            obj.__init__(*self.args, **self.kwargs)  # type: ignore[misc]
+            self.actor = obj
+        except BaseException as exc:  # noqa: BLE001 - becomes a failure of this actor
+            self.fail(exc, "__init__")
+        finally:
+            self.args = self.kwargs = None
+            self.rt.send_reply(ack, self.g, m.OK, None)
+
+    # -- messages ----------------------------------------------------------------------------
+    def handle(self, env: tuple[Any, ...], frame: list[memoryview]) -> Any:
+        """Handle one CALL (sync actors: runs it; async actors: returns a coroutine)."""
+        if self.is_async:
+            return self._handle_async(env, frame)
+        port = env[3]
+        if self._refuse(port):
+            return None
+        name = env[2]
+        set_context(MessageContext(self.instance, env[4], self.g))
+        self.current = name
+        explicit = False
+        try:
+            fn, explicit, args, kwargs = self._prepare(name, port, frame)
+            result = fn(*args, **kwargs)
+        except Exception as exc:
+            self._on_exception(exc, name, port, explicit)
+        except BaseException as exc:  # noqa: BLE001 - SystemExit & co. fail the actor
+            self._on_fatal(exc, name, port)
+        else:
+            if port is not None and not explicit:
+                self._reply(port, result, name)
+        finally:
+            self.current = None
+        return None
+
+    async def _handle_async(self, env: tuple[Any, ...], frame: list[memoryview]) -> None:
+        port = env[3]
+        if self._refuse(port):
+            return
+        name = env[2]
+        ep = self.endpoints.get(name)
+        if ep is not None and ep.concurrent:
+            task = asyncio.get_running_loop().create_task(self._run_async(env, frame))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+            await asyncio.sleep(0)  # let the body start before the next message
+            return
+        await self._run_async(env, frame)
+
+    async def _run_async(self, env: tuple[Any, ...], frame: list[memoryview]) -> None:
+        port, name = env[3], env[2]
+        set_context(MessageContext(self.instance, env[4], self.g))
+        self.current = name
+        explicit = False
+        try:
+            fn, explicit, args, kwargs = self._prepare(name, port, frame)
+            result = fn(*args, **kwargs)
+            if inspect.isawaitable(result):
+                result = await result
+        except Exception as exc:
+            self._on_exception(exc, name, port, explicit)
+        except BaseException as exc:  # noqa: BLE001 - includes CancelledError: never a zombie
+            self._on_fatal(exc, name, port)
+        else:
+            if port is not None and not explicit:
+                self._reply(port, result, name)
+        finally:
+            self.current = None
+
+    def _prepare(self, name: str, port: Any, frame: list[memoryview]) -> tuple[Any, bool, Any, Any]:
+        args, kwargs = loads(frame[1], frame[2:])
+        ep = self.endpoints.get(name)
+        explicit = bool(ep and ep.explicit_response_port)
+        fn = getattr(self.actor, name, None)
+        if fn is None or not callable(fn):
+            raise AttributeError(f"{self.class_name} has no endpoint or method {name!r}")
+        if explicit:
+            if port is None:
+                port_obj: Any = _NullPort()
+            else:
+                port_obj = Port(port[0], port[1], self.g, once=True)
+            args = (port_obj, *args)
+        return fn, explicit, args, kwargs
+
+    def _refuse(self, port: Any) -> bool:
+        if self.failure is None and self.actor is not None:
+            return False
+        if port is not None:
+            why = self.failure.cause if self.failure else "it was never constructed"
+            msg = f"actor {self.instance.actor_id} has failed: {why}"
+            self.rt.send_reply(port, self.g, m.SUPERVISION, (msg, self.failure))
+        return True
+
+    def _reply(self, port: tuple[str, int], value: Any, name: str) -> None:
+        try:
+            self.rt.send_reply(port, self.g, m.OK, value)
+        except Exception as exc:  # noqa: BLE001 - an unpicklable result is the caller's error
+            text = f"the result of {name} could not be pickled: {type(exc).__name__}: {exc}"
+            self.rt.send_reply(port, self.g, m.ACTOR_ERROR,
+                               (None, type(exc).__name__, text, "", self._label(name)))
+
+    def _label(self, name: str) -> str:
+        return f"{self.instance.actor_id}.{name}"
+
+    def _on_exception(self, exc: Exception, name: str, port: Any, explicit: bool) -> None:
+        if port is None or explicit:
+            self.fail(exc, name)
+            if port is not None:
+                msg = f"{self._label(name)} raised instead of answering on its port: {exc!r}"
+                self.rt.send_reply(port, self.g, m.SUPERVISION, (msg, self.failure))
+            return
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        payload = (exc, type(exc).__name__, str(exc), tb, self._label(name))
+        try:
+            self.rt.send_reply(port, self.g, m.ACTOR_ERROR, payload)
+        except Exception:  # noqa: BLE001 - the exception itself cannot be pickled
+            self.rt.send_reply(port, self.g, m.ACTOR_ERROR, (None, *payload[1:]))
+
+    def _on_fatal(self, exc: BaseException, name: str, port: Any) -> None:
+        self.fail(exc, name)
+        if port is not None:
+            msg = f"{self._label(name)} failed the actor: {type(exc).__name__}: {exc}"
+            self.rt.send_reply(port, self.g, m.SUPERVISION, (msg, self.failure))
+
+    # -- failure and supervision -------------------------------------------------------------
+    def fail(self, exc: BaseException | None, endpoint: str | None, cause: str = "",
+             chain: list[str] | None = None) -> None:
+        """Mark this actor failed and report it to its owner."""
+        if self.failure is not None:
+            return
+        tb = ""
+        if exc is not None:
+            tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            cause = cause or f"{type(exc).__name__}: {exc}"
+        self.failure = MeshFailure(
+            mesh_name=self.uid, ranks=[self.local], coords=[dict(self.rank)],
+            actor_class=self.class_name, endpoint=endpoint, host=self.rt.hostname,
+            pid=self.rt.pid, cause=cause, traceback=tb, chain=list(chain or []),
+        )
+        self.rt.extra.setdefault("failed_exc", {})[self.uid] = exc
+        self.rt.send_sys(self.owner, "actor_failed", uid=self.uid, rank=self.g,
+                         failure=self.failure, owner_uid=self.owner_uid)
+
+    def supervise(self, failure: MeshFailure) -> Any:
+        """Offer a failure of an owned mesh to ``__supervise__`` (in the mailbox)."""
+        fn = getattr(self.actor, "__supervise__", None)
+        if fn is None:
+            return self._unhandled(failure, None)
+        if self.is_async:
+            return self._supervise_async(fn, failure)
+        try:
+            handled = fn(failure)
+        except Exception as exc:  # noqa: BLE001 - raising means: not handled
+            return self._unhandled(failure, exc)
+        return None if handled else self._unhandled(failure, None)
+
+    async def _supervise_async(self, fn: Any, failure: MeshFailure) -> None:
+        try:
+            handled = fn(failure)
+            if inspect.isawaitable(handled):
+                handled = await handled
+        except Exception as exc:  # noqa: BLE001
+            self._unhandled(failure, exc)
+            return
+        if not handled:
+            self._unhandled(failure, None)
+
+    def _unhandled(self, failure: MeshFailure, exc: BaseException | None) -> None:
+        cause = f"it did not handle the failure of mesh {failure.mesh_name} that it owns"
+        if exc is not None:
+            cause = f"__supervise__ raised {type(exc).__name__}: {exc}"
+        self.fail(None, None, cause=cause, chain=[failure.report(), *failure.chain])
+
+    # -- stopping ----------------------------------------------------------------------------
+    def request_stop(self, reason: str) -> None:
+        """Self-stop (``context().actor_instance.stop()``)."""
+        self.rt.send_sys(self.rt.address, "stop_actor", uid=self.uid, reason=reason, port=None)
+
+    def cleanup(self, exc: BaseException | None) -> Any:
+        """Run ``__cleanup__`` (returns a coroutine for async actors)."""
+        if self.is_async:
+            return self._cleanup_async(exc)
+        fn = getattr(self.actor, "__cleanup__", None)
+        if fn is not None:
+            try:
+                fn(exc)
+            except Exception:  # noqa: BLE001 - reported, stop goes on
+                traceback.print_exc()
+        return None
+
+    async def _cleanup_async(self, exc: BaseException | None) -> None:
+        for task in list(self.tasks):
+            task.cancel()
+        if self.tasks:
+            await asyncio.gather(*self.tasks, return_exceptions=True)
+        fn = getattr(self.actor, "__cleanup__", None)
+        if fn is not None:
+            try:
+                result = fn(exc)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:  # noqa: BLE001
+                traceback.print_exc()
+
+
+class _NullPort:
+    """The port of an explicit-port endpoint reached by ``broadcast``: sends go nowhere."""
+
+    def send(self, obj: Any) -> None:
+        """Drop the value."""
+
+    def exception(self, exc: BaseException) -> None:
+        """Drop the error."""

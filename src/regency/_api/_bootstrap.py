@@ -1,0 +1,158 @@
+"""Starting and stopping the runtime of this process; ``this_host``, ``this_proc``.
+
+In the controller the first regency call starts the runtime: an event loop on a daemon
+thread, a listening socket, the local host agent, and the root client context. An ``atexit``
+hook shuts it down (stopping every proc this process started). ``shutdown_context()`` does
+the same on demand, and the next regency call starts a fresh runtime (for notebooks).
+"""
+
+from __future__ import annotations
+
+import atexit
+import secrets
+import threading
+from typing import TYPE_CHECKING, Any
+
+from .._mesh import Extent, Point, Shape
+from .._runtime import _current
+from .._runtime._runtime import Runtime
+from .._wire import new_secret
+
+if TYPE_CHECKING:
+    from ._context import Context
+    from ._future import Future
+    from ._meshes import HostMesh, ProcMesh
+
+__all__ = ["runtime", "shutdown_context", "this_host", "this_proc"]
+
+_lock = threading.Lock()
+_root_context: Context | None = None
+_atexit_registered = False
+
+
+def runtime() -> Runtime:
+    """The runtime of this process, starting the controller runtime if needed."""
+    rt = _current.get()
+    if rt is not None:
+        return rt
+    with _lock:
+        rt = _current.get()
+        if rt is None:
+            rt = _start_controller()
+        return rt
+
+
+def _start_controller() -> Runtime:
+    global _atexit_registered, _root_context
+    from . import _dispatch
+    from .._runtime._host_agent import HostAgent
+
+    job = secrets.token_hex(4)
+    rt = Runtime(secret=new_secret(), job=job, role="controller")
+    ready = threading.Event()
+    failure: list[BaseException] = []
+
+    def main() -> None:
+        try:
+            rt.loop.run_until_complete(rt.start(f"unix:@regency-{job}-root"))
+        except BaseException as exc:  # reported to the starting thread
+            failure.append(exc)
+            ready.set()
+            return
+        ready.set()
+        rt.loop.run_forever()
+
+    thread = threading.Thread(target=main, name="regency-runtime", daemon=True)
+    thread.start()
+    ready.wait()
+    if failure:
+        raise RuntimeError(f"regency could not start its runtime: {failure[0]}") from failure[0]
+    rt.extra.update(root=rt.address, host_agent=rt.address, thread=thread)
+    rt.extra["agent"] = HostAgent(rt)
+    _dispatch.install(rt)
+    _root_context = None
+    _current.set_runtime(rt)
+    if not _atexit_registered:
+        atexit.register(_at_exit)
+        _atexit_registered = True
+    return rt
+
+
+def root_context() -> Context:
+    """The context of the root client (outside any actor)."""
+    global _root_context
+    from ._context import Context, Instance
+
+    rt = runtime()
+    if _root_context is None:
+        empty = Point(0, Extent([], []))
+        inst = Instance(actor_id=f"root@{rt.address}", name="root", class_name="",
+                        rank=empty, proc_id=rt.address)
+        _root_context = Context(inst, empty)
+    return _root_context
+
+
+def this_proc() -> ProcMesh:
+    """The proc this code runs in, as a 0-dimensional ProcMesh.
+
+    On the controller, actors spawned on it run inside the controller's own process.
+    """
+    from ._meshes import ProcMesh
+
+    rt = runtime()
+    return ProcMesh(rt.extra.get("proc_uid", "root"), "root", Shape.unity(), (rt.address,),
+                    (rt.extra["host_agent"],))
+
+
+def this_host() -> HostMesh:
+    """This machine, as a 0-dimensional HostMesh (a reference: it cannot be shut down)."""
+    from ._meshes import HostMesh
+
+    rt = runtime()
+    agent = rt.extra.get("agent")
+    if agent is not None:
+        rt.call_soon(agent.start_zygote)  # warm the fork server before the first spawn
+    return HostMesh(Shape.unity(), (rt.extra["host_agent"],), owned=False)
+
+
+def shutdown_context(host_timeout: float | None = None) -> Future[None]:
+    """Stop every proc this process started and the runtime itself.
+
+    It does not exit the program; the next regency call starts a fresh runtime.
+    """
+    from ._future import completed
+
+    rt = _current.get()
+    if rt is None or rt.role != "controller":
+        return completed(None)
+    _shutdown(rt, host_timeout if host_timeout is not None else 5.0)
+    return completed(None)
+
+
+def _shutdown(rt: Runtime, timeout: float) -> None:
+    from ._dispatch import stop_everything
+
+    with _lock:
+        if _current.get() is not rt:
+            return
+        _current.set_runtime(None)
+    rt.stopping = True
+    thread: threading.Thread = rt.extra["thread"]
+    if thread.is_alive():
+        try:
+            rt.run_sync(lambda: stop_everything(rt, timeout), timeout=timeout + 5.0)
+        except Exception:  # noqa: BLE001 - shutting down regardless
+            pass
+        rt.loop.call_soon_threadsafe(rt.loop.stop)
+        thread.join(timeout=5.0)
+
+
+def _at_exit() -> None:
+    rt = _current.get()
+    if rt is not None and rt.role == "controller":
+        _shutdown(rt, 3.0)
+
+
+def current_runtime_or_none() -> Any:
+    """The runtime if started (never starts one)."""
+    return _current.get()

@@ -1,0 +1,115 @@
+"""``context()``: who is running (which actor, which rank) and for which message."""
+
+from __future__ import annotations
+
+import contextvars
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .._mesh import Extent, Point
+
+if TYPE_CHECKING:
+    from ._meshes import ProcMesh
+
+__all__ = ["Context", "Instance", "context", "current_actor_name", "current_rank", "current_size"]
+
+_EMPTY = Extent([], [])
+
+
+@dataclass(eq=False)
+class Instance:
+    """The running actor (or the root client): ids, rank, proc, creator, ``stop()``.
+
+    Attributes:
+        actor_id: unique id text (``name-uid[rank]@address``).
+        name: the name given at spawn (``"root"`` on the client).
+        class_name: ``module.QualName`` of the actor class.
+        rank: position in the mesh the actor was spawned on.
+        creator: the instance that spawned this one's mesh (``None`` for the root).
+        proc_id: id of the proc it runs on.
+    """
+
+    actor_id: str
+    name: str
+    class_name: str
+    rank: Point
+    proc_id: str
+    creator: Instance | None = None
+    mesh_uid: str = ""
+    _proc_mesh: ProcMesh | None = field(default=None, repr=False)
+    _stop: Any = field(default=None, repr=False)
+
+    @property
+    def proc_mesh(self) -> ProcMesh:
+        """The whole proc mesh this actor was spawned on."""
+        from ._bootstrap import this_proc
+
+        return self._proc_mesh if self._proc_mesh is not None else this_proc()
+
+    @property
+    def proc(self) -> ProcMesh:
+        """A 0-dimensional proc mesh of this actor's own proc."""
+        from ._bootstrap import this_proc
+
+        return this_proc()
+
+    def stop(self, reason: str = "stopped by the actor itself") -> None:
+        """Stop this actor (this rank only) after the current message."""
+        if self._stop is None:
+            raise RuntimeError("the root client cannot be stopped this way; use shutdown_context()")
+        self._stop(reason)
+
+    def __repr__(self) -> str:
+        if self.creator is None and self.name == "root":
+            return "<root>"
+        own = f"<{self.class_name} {self.name}{dict(self.rank)}>"
+        return f"{self.creator!r}.{own}" if self.creator is not None else own
+
+
+@dataclass(eq=False)
+class Context:
+    """What ``context()`` returns: the running actor and the rank of the current message."""
+
+    actor_instance: Instance
+    message_rank: Point
+
+    def __repr__(self) -> str:
+        return f"Context({self.actor_instance!r}, message_rank={self.message_rank!r})"
+
+
+_current: contextvars.ContextVar[Context] = contextvars.ContextVar("regency_context")
+
+
+def context() -> Context:
+    """The current context: inside an actor, that actor; elsewhere the root client."""
+    try:
+        return _current.get()
+    except LookupError:
+        from ._bootstrap import root_context
+
+        return root_context()
+
+
+def current_rank() -> Point:
+    """The rank of the current message within the slice it was sent to."""
+    return context().message_rank
+
+
+def current_size() -> dict[str, int]:
+    """The sizes of the slice the current message was sent to."""
+    return dict(context().message_rank.extent)
+
+
+def current_actor_name() -> str:
+    """The id text of the current actor."""
+    return context().actor_instance.actor_id
+
+
+def set_context(ctx: Context) -> contextvars.Token[Context]:
+    """Make ``ctx`` current in this thread or task."""
+    return _current.set(ctx)
+
+
+def empty_point() -> Point:
+    """The only point of a 0-dimensional extent."""
+    return Point(0, _EMPTY)

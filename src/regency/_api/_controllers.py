@@ -1,0 +1,36 @@
+"""``get_or_spawn_controller``: process-wide singleton actors living in the root client."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from .._runtime._completion import Completion
+from ._actor import Actor
+from ._bootstrap import runtime
+from ._future import Future
+from ._replies import decode, to_exception
+
+T = TypeVar("T", bound=Actor)
+
+
+def get_or_spawn_controller(name: str, Class: type[T], *args: Any, **kwargs: Any) -> Future[T]:
+    """The singleton actor mesh registered under ``name``, spawning it on first use.
+
+    It lives in the root client's process; later calls return the same mesh and ignore their
+    arguments.
+    """
+    rt = runtime()
+    done = Completion(f"controller {name!r}")
+
+    def on_reply(env: tuple[Any, ...], frame: list[memoryview]) -> None:
+        rt.close_port(port_id)
+        value = decode(frame)
+        if env[3] == 0:
+            done.set_result(value)
+        else:
+            done.set_exception(to_exception(env[3], value))
+
+    port_id = rt.open_port(on_reply)
+    rt.send_sys(rt.extra["root"], "get_or_spawn_controller", name=name, cls=Class, args=args,
+                kwargs=kwargs, port=(rt.address, port_id))
+    return Future._from(done)

@@ -1,0 +1,223 @@
+"""System-message handlers of the API layer, installed into each runtime.
+
+* in every runtime: ``spawn_actor``, ``stop_actor``, ``actor_failed``, ``proc_up``,
+  ``proc_exited`` (the last three arrive at owners);
+* in procs: ``stop_proc``;
+* at the root: ``get_or_spawn_controller``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from .._runtime import _messages as m
+from .._runtime._cell import AsyncCell, SyncCell
+from .._runtime._runtime import Runtime
+from ..errors import MeshFailure, SupervisionError
+from . import _supervise
+from ._behavior import ActorBehavior
+
+_PEER_LOST_GRACE = 0.25  # wait this long for the reaped exit status before failing calls
+
+
+def install(rt: Runtime) -> None:
+    """Register the API layer's handlers in ``rt``."""
+    h = rt.sys_handlers
+    h["spawn_actor"] = lambda msg: _spawn_actor(rt, msg)
+    h["stop_actor"] = lambda msg: _stop_actor(rt, msg)
+    h["actor_failed"] = lambda msg: _actor_failed(rt, msg)
+    h["proc_up"] = lambda msg: _proc_up(rt, msg)
+    h["proc_exited"] = lambda msg: _proc_exited(rt, msg)
+    h["get_or_spawn_controller"] = lambda msg: _get_or_spawn_controller(rt, msg)
+    rt.peer_lost_hooks.append(lambda addr, exc: _peer_lost(rt, addr, exc))
+
+
+# -- actors ----------------------------------------------------------------------------------
+def _spawn_actor(rt: Runtime, msg: dict[str, Any]) -> None:
+    try:
+        g = msg["proc_addrs"].index(rt.address)
+    except ValueError:
+        return
+    behavior = ActorBehavior(rt, msg, g)
+    cell: Any
+    if behavior.is_async:
+        cell = AsyncCell(behavior.uid, behavior, rt.loop, behavior.setup_context, rt.on_loop)
+    else:
+        cell = SyncCell(behavior.uid, behavior, behavior.setup_context)
+    ack = msg["ack"]
+    cell.control(lambda: behavior.init(ack))
+    rt.add_cell(behavior.uid, cell)
+
+
+class Tombstone:
+    """What stays of a stopped actor: calls to it fail at once."""
+
+    def __init__(self, rt: Runtime, uid: str, reason: str) -> None:
+        self.rt = rt
+        self.uid = uid
+        self.reason = reason
+
+    def enqueue(self, env: tuple[Any, ...], frame: list[memoryview]) -> None:
+        port = env[3]
+        if port is not None:
+            msg = f"actor mesh {self.uid} was stopped ({self.reason})"
+            self.rt.send_reply(port, None, m.SUPERVISION, (msg, None))
+
+    def control(self, fn: Any) -> None:
+        """Nothing runs in a stopped actor."""
+
+
+def _stop_actor(rt: Runtime, msg: dict[str, Any]) -> None:
+    uid = msg["uid"]
+    port = msg.get("port")
+    cell = rt.cells.get(uid)
+    behavior = getattr(cell, "behavior", None)
+    if cell is None or behavior is None:
+        if port is not None:
+            rt.send_reply(port, None, m.OK, None)
+        return
+    rt.cells[uid] = Tombstone(rt, uid, msg.get("reason", "stopped"))
+
+    def finish() -> Any:
+        result = behavior.cleanup(None)
+        if asyncio.iscoroutine(result):
+            return _then(result, lambda: _acked(rt, port))
+        _acked(rt, port)
+        return None
+
+    cell.control(finish)
+    cell.close()
+
+
+async def _then(coro: Any, after: Any) -> None:
+    try:
+        await coro
+    finally:
+        after()
+
+
+def _acked(rt: Runtime, port: tuple[str, int] | None) -> None:
+    if port is not None:
+        rt.send_reply(port, None, m.OK, None)
+
+
+async def stop_cells(rt: Runtime, timeout: float) -> None:
+    """Stop every actor of this runtime (``__cleanup__`` runs), within ``timeout``."""
+    loop = asyncio.get_running_loop()
+    pending: list[asyncio.Future[None]] = []
+    for uid, cell in list(rt.cells.items()):
+        behavior = getattr(cell, "behavior", None)
+        if behavior is None:
+            continue
+        fut: asyncio.Future[None] = loop.create_future()
+        pending.append(fut)
+        rt.cells[uid] = Tombstone(rt, uid, "the proc is stopping")
+
+        def finish(b: Any = behavior, f: asyncio.Future[None] = fut) -> Any:
+            def done() -> None:
+                loop.call_soon_threadsafe(lambda: f.done() or f.set_result(None))
+
+            result = b.cleanup(None)
+            if asyncio.iscoroutine(result):
+                return _then(result, done)
+            done()
+            return None
+
+        cell.control(finish)
+        cell.close()
+    if pending:
+        await asyncio.wait(pending, timeout=timeout)
+
+
+async def stop_everything(rt: Runtime, timeout: float) -> None:
+    """Controller shutdown: stop owned proc meshes, local actors, then the host agent."""
+    from ._meshes import ProcMesh
+
+    waits = []
+    for uid, info in list(rt.extra.get("proc_meshes", {}).items()):
+        if info["state"].stopped:
+            continue
+        addrs = tuple(sorted(info["addrs"]))
+        pm = ProcMesh(uid, info["name"], info["shape"], addrs, (rt.extra["host_agent"],) * len(addrs))
+        pm._shape_ = _dense(len(addrs))
+        waits.append(pm.stop("shutdown")._completion)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    for c in waits:
+        while not c.done() and loop.time() < deadline:
+            await asyncio.sleep(0.005)
+    await stop_cells(rt, max(0.1, deadline - loop.time()))
+    agent = rt.extra.get("agent")
+    if agent is not None:
+        agent.shutdown()
+    rt.router.close()
+
+
+def _dense(n: int) -> Any:
+    from .._mesh import Shape
+
+    return Shape.from_sizes(["procs"], [n])
+
+
+# -- failures at owners ------------------------------------------------------------------------
+def _actor_failed(rt: Runtime, msg: dict[str, Any]) -> None:
+    failure: MeshFailure = msg["failure"]
+    rt.extra.setdefault("failed_ranks", {}).setdefault(msg["uid"], {})[msg["rank"]] = failure
+    _supervise.deliver(rt, msg["owner_uid"], failure)
+
+
+def _proc_up(rt: Runtime, msg: dict[str, Any]) -> None:
+    info = rt.extra.get("proc_meshes", {}).get(msg["mesh_uid"])
+    if info is None:
+        return
+    st = info["state"]
+    if msg.get("error"):
+        st.ready.set_exception(SupervisionError(f"proc {msg['addr']} failed to start: {msg['error']}"))
+        return
+    st.waiting -= 1
+    if st.waiting <= 0:
+        st.ready.set_result(True)
+
+
+def _proc_exited(rt: Runtime, msg: dict[str, Any]) -> None:
+    addr = msg["addr"]
+    info = rt.extra.get("proc_meshes", {}).get(msg["mesh_uid"])
+    name = msg["mesh_uid"]
+    shape = info["shape"] if info else None
+    coords = [dict(shape.point(msg["rank"]))] if shape is not None else []
+    failure = MeshFailure(mesh_name=name, ranks=[msg["rank"]], coords=coords, host=msg["host"],
+                          pid=msg["pid"], cause=f"the proc {msg['cause']}",
+                          last_lines=msg["last_lines"])
+    rt.mark_dead(addr, f"the proc {msg['cause']}")
+    _supervise.fail_collectors(rt, addr, failure, failure.cause)
+    if info is not None and not info["state"].ready.done():
+        info["state"].ready.set_exception(SupervisionError(f"proc {addr} {msg['cause']}", failure))
+    if msg["expected"] or rt.stopping or (info is not None and info["state"].stopped):
+        return
+    _supervise.deliver(rt, info["owner_uid"] if info else None, failure)
+
+
+def _peer_lost(rt: Runtime, addr: str, exc: BaseException | None) -> None:
+    def later() -> None:
+        why = rt.dead_addrs.get(addr) or f"connection lost ({exc})"
+        _supervise.fail_collectors(rt, addr, None, f"the proc at {addr}: {why}")
+
+    rt.loop.call_later(_PEER_LOST_GRACE, later)
+
+
+# -- singletons at the root ---------------------------------------------------------------------
+def _get_or_spawn_controller(rt: Runtime, msg: dict[str, Any]) -> None:
+    from ._bootstrap import this_proc
+
+    table: dict[str, Any] = rt.extra.setdefault("controllers", {})
+    name = msg["name"]
+    port = msg["port"]
+    try:
+        mesh = table.get(name)
+        if mesh is None:
+            mesh = this_proc().spawn(name, msg["cls"], *msg["args"], **msg["kwargs"])
+            table[name] = mesh
+        rt.send_reply(port, None, m.OK, mesh)
+    except Exception as exc:  # noqa: BLE001 - returned to the caller
+        rt.send_reply(port, None, m.RAW_ERROR, exc)

@@ -1,0 +1,75 @@
+"""Fail fast: one report, then the controller exits non-zero, whatever the main thread does.
+
+A flag checked by the next ``.get()`` is not enough: the main thread may sit in
+``time.sleep`` or a blocking call. We deliver a real SIGINT to the main thread; the handler
+installed at bootstrap turns it into ``SystemExit(code)`` when a fail-fast is pending (and
+behaves as before otherwise, so Ctrl-C still works). A timer thread is the hard deadline.
+"""
+
+from __future__ import annotations
+
+import _thread
+import os
+import signal
+import sys
+import threading
+from types import FrameType
+from typing import Any
+
+from .. import config
+
+_exit_code: int | None = None
+_installed = False
+
+
+def pending_exit_code() -> int | None:
+    """The exit code of a pending fail-fast, if one was triggered."""
+    return _exit_code
+
+
+def install_handler() -> None:
+    """Route SIGINT through our handler (main thread only; idempotent)."""
+    global _installed
+    if _installed or threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGINT)
+
+    def handler(sig: int, frame: FrameType | None) -> Any:
+        if _exit_code is not None:
+            raise SystemExit(_exit_code)
+        if callable(previous):
+            return previous(sig, frame)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, handler)
+    _installed = True
+
+
+def fail_fast(report: str, code: int = 1) -> None:
+    """Print ``report`` once and make the program exit with ``code`` promptly."""
+    global _exit_code
+    if _exit_code is not None:
+        return
+    _exit_code = code
+    try:
+        sys.stderr.write(report.rstrip() + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    deadline = float(config.get("fail_fast_exit_deadline"))
+    timer = threading.Timer(deadline, os._exit, (code,))
+    timer.daemon = True
+    timer.start()
+    main = threading.main_thread()
+    if not main.is_alive():
+        return  # interpreter shutting down: the atexit hook reads the code
+    if _installed and main.ident is not None:
+        signal.pthread_kill(main.ident, signal.SIGINT)
+    else:
+        _thread.interrupt_main()
+
+
+def reset() -> None:
+    """Forget a pending fail-fast (tests, notebooks)."""
+    global _exit_code
+    _exit_code = None

@@ -1,0 +1,129 @@
+"""``Future``: the result of every messaging adverb; ``get()`` from threads, ``await`` in loops."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import warnings
+from collections.abc import Callable, Generator
+from typing import Any, Generic, TypeVar
+
+from .._runtime._completion import Completion
+
+__all__ = ["Future"]
+
+R = TypeVar("R")
+
+
+class Future(Generic[R]):
+    """The eventual result of a remote operation.
+
+    Messages are sent eagerly: dropping a future does not cancel the work. ``get()`` blocks
+    the calling thread only and raises the built-in ``TimeoutError`` on timeout without
+    consuming the result; ``await`` works on any running asyncio loop, any number of times.
+    """
+
+    __slots__ = ("_blocking_guard", "_completion")
+
+    def __init__(self, *_: Any, **__: Any) -> None:
+        raise TypeError(
+            "Future objects are returned by regency operations and cannot be constructed directly."
+        )
+
+    @classmethod
+    def _from(cls, completion: Completion,
+              blocking_guard: Callable[[], str | None] | None = None) -> Future[R]:
+        self = object.__new__(cls)
+        self._completion = completion
+        self._blocking_guard = blocking_guard
+        return self
+
+    def get(self, timeout: float | None = None) -> R:
+        """Block until the result is there and return it (or raise its exception).
+
+        Raises:
+            TimeoutError: ``timeout`` seconds passed; names what is still pending. The future
+                is not consumed: a later ``get()`` can still return the result.
+            ValueError: ``timeout`` is negative or not finite.
+        """
+        c = self._completion
+        if not c.done():
+            _check_timeout(timeout)
+            self._guard_blocking()
+            if not c.wait(timeout):
+                label = c.label() if callable(c.label) else c.label
+                what = f": still waiting for {label}" if label else ""
+                raise TimeoutError(f"no result within {timeout}s{what}")
+        return c.outcome()  # type: ignore[no-any-return]
+
+    def _guard_blocking(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if self._blocking_guard is not None:
+            problem = self._blocking_guard()
+            if problem:
+                raise RuntimeError(problem)
+        if loop is not None:
+            warnings.warn(
+                "Future.get() was called from within a running event loop; it blocks that "
+                "loop. Use `await` instead.",
+                UserWarning,
+                stacklevel=3,
+            )
+
+    result = get
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """Wait like ``get()`` and return the exception, or None on success."""
+        try:
+            self.get(timeout)
+        except TimeoutError:
+            if not self._completion.done():
+                raise
+            return self._completion.exception()
+        except BaseException as exc:  # noqa: BLE001 - returned, not swallowed
+            return exc
+        return None
+
+    def done(self) -> bool:
+        """Whether the result (or exception) is there."""
+        return self._completion.done()
+
+    def as_asyncio(self) -> asyncio.Future[R]:
+        """An ``asyncio.Future`` on the running loop (for ``gather``, ``wait_for``)."""
+        return self._completion.as_asyncio()
+
+    def __await__(self) -> Generator[Any, None, R]:
+        c = self._completion
+        if c.done():
+            return c.outcome()  # type: ignore[no-any-return]
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            raise ValueError("__await__ with no active event loop") from None
+        return (yield from c.as_asyncio().__await__())
+
+    def __repr__(self) -> str:
+        state = "done" if self._completion.done() else "pending"
+        return f"<regency.Future {state}>"
+
+
+def _check_timeout(timeout: float | None) -> None:
+    if timeout is not None and (not math.isfinite(timeout) or timeout < 0):
+        raise ValueError(f"timeout must be a finite number >= 0 seconds, not {timeout!r}")
+
+
+def completed(value: Any) -> Future[Any]:
+    """A future that is already done with ``value``."""
+    c = Completion()
+    c.set_result(value)
+    return Future._from(c)
+
+
+def failed(exc: BaseException) -> Future[Any]:
+    """A future that is already done with ``exc``."""
+    c = Completion()
+    c.set_exception(exc)
+    return Future._from(c)

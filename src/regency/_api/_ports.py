@@ -1,0 +1,117 @@
+"""``Channel``, ``Port`` and ``PortReceiver``: explicit reply paths between actors."""
+
+from __future__ import annotations
+
+import collections
+import threading
+from typing import Any, Generic, TypeVar
+
+from .._runtime import _messages as m
+from .._runtime._completion import Completion
+from ._bootstrap import runtime
+from ._future import Future
+from ._replies import decode, to_exception
+
+__all__ = ["Channel", "Port", "PortReceiver"]
+
+R = TypeVar("R")
+
+
+class Port(Generic[R]):
+    """The sending end of a channel: picklable, usable from any actor or thread.
+
+    ``send`` is fire-and-forget, reliable and ordered. A port handed to an
+    ``explicit_response_port`` endpoint by ``call``/``call_one``/``stream`` is once-only.
+    """
+
+    def __init__(self, addr: str, port_id: int, rank: int | None = None, once: bool = False) -> None:
+        self._addr = addr
+        self._port_id = port_id
+        self._rank = rank
+        self._once = once
+        self._used = False
+        self.return_undeliverable = True
+
+    def _check_once(self) -> None:
+        if self._once:
+            if self._used:
+                raise RuntimeError("OncePortRef already used: this port takes one message")
+            self._used = True
+
+    def send(self, obj: R) -> None:
+        """Send a value to the receiver."""
+        self._check_once()
+        runtime().send_reply((self._addr, self._port_id), self._rank, m.OK, obj)
+
+    def exception(self, exc: BaseException) -> None:
+        """Send an error; the receiver (or caller) gets ``exc`` itself."""
+        self._check_once()
+        runtime().send_reply((self._addr, self._port_id), self._rank, m.RAW_ERROR, exc)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Port, (self._addr, self._port_id, self._rank, self._once))
+
+    def __repr__(self) -> str:
+        return f"<Port {self._port_id}@{self._addr}>"
+
+
+class PortReceiver(Generic[R]):
+    """The receiving end of a channel: ``recv()`` returns a Future of the next value."""
+
+    def __init__(self, once: bool = False, ranked: bool = False) -> None:
+        self._lock = threading.Lock()
+        self._items: collections.deque[tuple[int | None, int, Any]] = collections.deque()
+        self._waiters: collections.deque[Completion] = collections.deque()
+        self._ranked = ranked
+        rt = runtime()
+        self.port_id = rt.open_port(self._on_reply)
+        self.addr = rt.address
+        self._once = once
+
+    def _on_reply(self, env: tuple[Any, ...], frame: list[memoryview]) -> None:
+        item = (env[2], env[3], decode(frame))
+        with self._lock:
+            if self._waiters:
+                waiter = self._waiters.popleft()
+            else:
+                self._items.append(item)
+                return
+        self._complete(waiter, item)
+
+    def _complete(self, waiter: Completion, item: tuple[int | None, int, Any]) -> None:
+        rank, status, value = item
+        if status != m.OK:
+            waiter.set_exception(to_exception(status, value))
+        else:
+            waiter.set_result((rank, value) if self._ranked else value)
+
+    def recv(self) -> Future[R]:
+        """A future of the next value (in arrival order)."""
+        waiter = Completion(f"a message on port {self.port_id}")
+        with self._lock:
+            if not self._items:
+                self._waiters.append(waiter)
+                return Future._from(waiter)
+            item = self._items.popleft()
+        self._complete(waiter, item)
+        return Future._from(waiter)
+
+    def close(self) -> None:
+        """Stop receiving; later messages are dropped."""
+        runtime().close_port(self.port_id)
+
+
+class Channel(Generic[R]):
+    """Factory of ``(Port, PortReceiver)`` pairs on the current actor (or the client)."""
+
+    @staticmethod
+    def open(once: bool = False) -> tuple[Port[R], PortReceiver[R]]:
+        """A new port and its receiver; with ``once=True`` the port takes one message."""
+        recv: PortReceiver[R] = PortReceiver(once=once)
+        return Port(recv.addr, recv.port_id, None, once), recv
+
+    @staticmethod
+    def open_ranked(once: bool = False) -> tuple[Port[R], PortReceiver[tuple[int, R]]]:
+        """Like ``open``, but the receiver yields ``(rank, value)`` pairs."""
+        recv: PortReceiver[tuple[int, R]] = PortReceiver(once=once, ranked=True)
+        return Port(recv.addr, recv.port_id, None, once), recv

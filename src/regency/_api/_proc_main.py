@@ -1,0 +1,84 @@
+"""The life of a proc: what a forked child of the fork server runs.
+
+It starts a runtime on the main thread's loop, listens on its address, runs the mesh's
+``bootstrap`` callable, announces itself to its host agent, and serves until told to stop or
+until its host agent goes away (then it exits at once: no orphans).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import sys
+from typing import Any
+
+from .. import config
+from .._mesh import Point, Shape
+from .._runtime import _current
+from .._runtime._runtime import Runtime
+from . import _dispatch
+from ._context import Context, Instance, set_context
+
+
+def run_proc(spec: dict[str, Any]) -> int:
+    """Serve as a proc described by ``spec``; returns the exit code."""
+    config.configure(**spec.get("config", {}))
+    rt = Runtime(secret=spec["secret"], job=spec["job"], role="proc")
+    _current.set_runtime(rt)
+    host_agent = spec["host_agent"]
+    rt.extra.update(root=spec["root"], host_agent=host_agent, proc_uid=spec["mesh_uid"],
+                    proc_rank=spec["rank"])
+    _dispatch.install(rt)
+    stop = asyncio.Event()
+    rt.sys_handlers["stop_proc"] = lambda msg: rt.loop.create_task(_stop(rt, stop))
+
+    def lost(addr: str, exc: BaseException | None) -> None:
+        if addr == host_agent:
+            os._exit(0)  # the host agent (and with it the controller) is gone
+
+    rt.peer_lost_hooks.append(lost)
+    asyncio.set_event_loop(rt.loop)
+    return rt.loop.run_until_complete(_serve(rt, spec, stop))
+
+
+async def _serve(rt: Runtime, spec: dict[str, Any], stop: asyncio.Event) -> int:
+    await rt.start(spec["addr"])
+    error = await _bootstrap(spec)
+    rt.send_sys(spec["host_agent"], "proc_ready", addr=rt.address, pid=os.getpid(), error=error)
+    await stop.wait()
+    return 0
+
+
+async def _bootstrap(spec: dict[str, Any]) -> str | None:
+    fn = spec.get("bootstrap")
+    if fn is None:
+        return None
+    shape: Shape = spec["shape"]
+    point: Point = shape.point(spec["rank"])
+    inst = Instance(actor_id=f"setup@{spec['addr']}", name="setup", class_name="bootstrap",
+                    rank=point, proc_id=spec["addr"])
+    token = set_context(Context(inst, point))
+    try:
+        result = fn()
+        if inspect.isawaitable(result):
+            await result
+    except BaseException as exc:  # noqa: BLE001 - reported as the proc's start failure
+        import traceback
+
+        traceback.print_exc()
+        return f"bootstrap raised {type(exc).__name__}: {exc}"
+    finally:
+        from ._context import _current as ctxvar
+
+        ctxvar.reset(token)
+    return None
+
+
+async def _stop(rt: Runtime, stop: asyncio.Event) -> None:
+    timeout = float(config.get("cleanup_timeout")) + 1.0
+    await _dispatch.stop_cells(rt, timeout)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    rt.router.close()
+    stop.set()

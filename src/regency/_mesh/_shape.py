@@ -1,0 +1,118 @@
+"""``Shape``: labelled dimensions over a `Slice` of global ranks, and the mesh algebra on it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from regency._mesh import _reshape, _select
+from regency._mesh._checks import as_ints, as_labels, check_same_length
+from regency._mesh._extent import Extent
+from regency._mesh._point import Point
+from regency._mesh._select import Selector
+from regency._mesh._slice import Slice
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """Named dimensions laid over a strided slice of global ranks.
+
+    The `Slice` keeps *global* ranks (which procs or actors the mesh covers), while `Point`
+    and local ranks count from 0 within this shape. Every operation returns a new shape and
+    never moves a rank: ``select`` keeps a subset, ``flatten``/``split``/``rename`` only
+    regroup the dimensions.
+
+    Example:
+        >>> s = Shape.from_sizes(["host", "gpu"], [2, 4])
+        >>> s.select(gpu=slice(1, 3)).ranks()
+        [1, 2, 5, 6]
+        >>> s.select(host=1, gpu=slice(None, None, 2)).ranks()
+        [4, 6]
+    """
+
+    labels: tuple[str, ...]
+    slice: Slice
+    _extent: Extent = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        labels = as_labels(self.labels)
+        if not isinstance(self.slice, Slice):
+            raise TypeError(f"Shape needs a Slice, not {type(self.slice).__name__}")
+        check_same_length(labels, self.slice.sizes, "Shape")
+        object.__setattr__(self, "labels", labels)
+        object.__setattr__(self, "_extent", Extent(labels, self.slice.sizes))
+
+    @classmethod
+    def unity(cls) -> Shape:
+        """Return the 0-dim shape of the single global rank 0."""
+        return cls((), Slice(0, (), ()))
+
+    @classmethod
+    def from_sizes(cls, labels: Sequence[str], sizes: Sequence[int]) -> Shape:
+        """Return the dense row-major shape of ``sizes`` over global ranks from 0."""
+        checked_labels = as_labels(labels)
+        checked_sizes = as_ints(sizes, "sizes", minimum=0)
+        check_same_length(checked_labels, checked_sizes, "Shape")
+        return cls(checked_labels, Slice.new_row_major(checked_sizes))
+
+    @property
+    def extent(self) -> Extent:
+        """The labelled sizes of this shape."""
+        return self._extent
+
+    @property
+    def ndim(self) -> int:
+        """The number of dimensions."""
+        return len(self.labels)
+
+    def __len__(self) -> int:
+        return len(self.slice)
+
+    def ranks(self) -> list[int]:
+        """Return the global ranks of this shape in row-major order."""
+        return self.slice.ranks()
+
+    def point(self, local_rank: int) -> Point:
+        """Return the `Point` of ``local_rank`` (IndexError if out of range)."""
+        return Point(local_rank, self._extent)
+
+    def global_rank(self, local_rank: int) -> int:
+        """Return the global rank at ``local_rank`` (IndexError if out of range)."""
+        return self.slice.global_rank(local_rank)
+
+    def local_rank(self, global_rank: int) -> int:
+        """Return the local rank of ``global_rank`` (ValueError if it is not in this shape)."""
+        return self.slice.local_rank(global_rank)
+
+    def select(self, **selections: Selector) -> Shape:
+        """Select along named dimensions: ``shape.select(host=0, gpu=slice(0, 4, 2))``.
+
+        An int fixes the coordinate and removes the dimension (negative counts from the end);
+        a ``slice`` or ``range`` keeps the dimension and restricts it, with any positive step.
+        An empty restriction gives a dimension of size 0.
+
+        Raises:
+            ValueError: an unknown dimension, or a step that is not positive.
+            IndexError: an int out of range for its dimension.
+            TypeError: a selector that is not an int, slice or range.
+        """
+        return Shape(*_select.select(self.labels, self.slice, selections))
+
+    def flatten(self, name: str) -> Shape:
+        """Merge all dimensions into one called ``name`` (0-dim becomes size 1).
+
+        Raises:
+            ValueError: the ranks are not evenly spaced ("cannot flatten sparse mesh ...").
+        """
+        return Shape(*_reshape.flatten(self.labels, self.slice, name))
+
+    def split(self, **arguments: Sequence[str] | int) -> Shape:
+        """Split dimensions: ``shape.split(host=("dp", "pp"), pp=4)``; see `_reshape.split`."""
+        return Shape(*_reshape.split(self.labels, self.slice, arguments))
+
+    def rename(self, **names: str) -> Shape:
+        """Rename dimensions: ``shape.rename(host="node")``."""
+        return Shape(*_reshape.rename(self.labels, self.slice, names))
+
+    def __reduce__(self) -> tuple[type[Shape], tuple[tuple[str, ...], Slice]]:
+        return (Shape, (self.labels, self.slice))

@@ -1,0 +1,109 @@
+"""A thread-safe, write-once result cell: the core under every user-facing Future.
+
+Completed on the loop thread (or any thread); waited on from any thread with a plain lock,
+or awaited from any running asyncio loop. No task is created per call, and a timed-out wait
+does not consume the result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from typing import Any
+
+_PENDING = object()
+
+
+class Completion:
+    """Write-once cell holding a value or an exception."""
+
+    __slots__ = ("_callbacks", "_exc", "_lock", "_value", "label")
+
+    def __init__(self, label: str | Callable[[], str] = "") -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self._value: Any = _PENDING
+        self._exc: BaseException | None = None
+        self._callbacks: list[Callable[[Completion], None]] | None = None
+        self.label = label  # what is pending, for timeout messages
+
+    def done(self) -> bool:
+        """Whether a value or an exception is set."""
+        return self._value is not _PENDING
+
+    def set_result(self, value: Any) -> bool:
+        """Set the value; returns False if already done."""
+        return self._finish(value, None)
+
+    def set_exception(self, exc: BaseException) -> bool:
+        """Set the exception; returns False if already done."""
+        return self._finish(None, exc)
+
+    def _finish(self, value: Any, exc: BaseException | None) -> bool:
+        if self._value is not _PENDING:
+            return False
+        self._exc = exc
+        self._value = value
+        self._lock.release()
+        callbacks, self._callbacks = self._callbacks, None
+        for cb in callbacks or ():
+            cb(self)
+        return True
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until done (or ``timeout`` seconds); returns whether it is done."""
+        if self._value is not _PENDING:
+            return True
+        ok = self._lock.acquire(timeout=-1 if timeout is None else max(timeout, 0.0))
+        if ok:
+            self._lock.release()
+        return ok
+
+    def outcome(self) -> Any:
+        """The value, or raise the exception (only when done)."""
+        if self._exc is not None:
+            raise self._exc
+        return self._value
+
+    def exception(self) -> BaseException | None:
+        """The exception, if any (only when done)."""
+        return self._exc
+
+    def add_done_callback(self, cb: Callable[[Completion], None]) -> None:
+        """Call ``cb(self)`` when done (at once if already done), on the finishing thread."""
+        if self._value is not _PENDING:
+            cb(self)
+            return
+        if self._callbacks is None:
+            self._callbacks = []
+        self._callbacks.append(cb)
+        if self._value is not _PENDING and self._callbacks is not None:  # raced with _finish
+            callbacks, self._callbacks = self._callbacks, None
+            for c in callbacks:
+                c(self)
+
+    def as_asyncio(self) -> asyncio.Future[Any]:
+        """An asyncio future on the running loop that completes with this cell."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        owner = threading.get_ident()
+
+        def copy(_: Completion) -> None:
+            if threading.get_ident() == owner:
+                _transfer(self, fut)
+            else:
+                loop.call_soon_threadsafe(_transfer, self, fut)
+
+        self.add_done_callback(copy)
+        return fut
+
+
+def _transfer(src: Completion, dst: asyncio.Future[Any]) -> None:
+    if dst.done():
+        return
+    exc = src.exception()
+    if exc is not None:
+        dst.set_exception(exc)
+    else:
+        dst.set_result(src._value)

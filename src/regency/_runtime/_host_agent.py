@@ -1,0 +1,299 @@
+"""The host agent: spawns procs on this machine through the fork server, watches them,
+forwards their output with a ``[mesh rank]`` prefix, and reports how each one ended.
+
+It lives inside a runtime (the controller's for ``this_host()``; a worker's on other
+machines) and is driven by system messages:
+
+* ``spawn_procs`` — fork one proc per entry; procs announce themselves with ``proc_ready``,
+  which is forwarded to the owner that asked for them;
+* ``stop_procs`` — ask procs to stop, SIGKILL those that do not exit in time, then reply;
+* a reaped child becomes ``proc_exited`` at its owner, with the cause (exit code or signal)
+  and the last lines it printed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from .. import config
+from ._messages import OK
+from ._runtime import Runtime
+
+log = logging.getLogger("regency.host")
+
+
+@dataclass(eq=False)
+class ProcRecord:
+    """What the agent knows of one proc it started."""
+
+    addr: str
+    label: str  # "mesh rank" prefix for its output
+    owner: str  # address of the runtime that owns the proc mesh
+    mesh_uid: str
+    rank: int
+    pid: int = 0
+    ready: bool = False
+    stopping: bool = False
+    tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=200))
+    pipes: list[int] = field(default_factory=list)
+    partial: dict[int, bytes] = field(default_factory=dict)
+
+
+def describe_status(status: int) -> str:
+    """'exited with code 3' / 'killed by signal SIGKILL' from a wait status."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = str(sig)
+        return f"killed by signal {name}"
+    return f"exited with code {os.WEXITSTATUS(status)}"
+
+
+class HostAgent:
+    """Spawns and supervises the procs of one machine on behalf of their owners."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.rt = runtime
+        self.procs: dict[str, ProcRecord] = {}
+        self.by_pid: dict[int, ProcRecord] = {}
+        self.by_token: dict[int, ProcRecord] = {}
+        self._tokens = 0
+        self._sock: socket.socket | None = None
+        self._zygote: subprocess.Popen[bytes] | None = None
+        self._stop_waiters: list[tuple[set[str], asyncio.Future[None]]] = []
+        handlers = runtime.sys_handlers
+        handlers["spawn_procs"] = self._on_spawn_procs
+        handlers["proc_ready"] = self._on_proc_ready
+        handlers["stop_procs"] = self._on_stop_procs
+
+    # -- the fork server -------------------------------------------------------------------
+    def start_zygote(self) -> None:
+        """Start the fork server (loop thread); idempotent."""
+        if self._sock is not None:
+            return
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._zygote = subprocess.Popen(
+            [sys.executable, "-m", "regency._runtime._zygote", str(theirs.fileno())],
+            pass_fds=[theirs.fileno()],
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+        )
+        theirs.close()
+        ours.setblocking(False)
+        self._sock = ours
+        self.rt.loop.add_reader(ours.fileno(), self._on_zygote)
+
+    def _on_zygote(self) -> None:
+        assert self._sock is not None
+        while True:
+            try:
+                data = self._sock.recv(1 << 16)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._zygote_lost()
+                return
+            msg = pickle.loads(data)
+            if msg[0] == "spawned":
+                rec = self.by_token.pop(msg[1], None)
+                if rec is not None:
+                    rec.pid = msg[2]
+                    self.by_pid[rec.pid] = rec
+            elif msg[0] == "exited":
+                self._on_exit(msg[1], msg[2])
+
+    def _zygote_lost(self) -> None:
+        if self._sock is not None:
+            self.rt.loop.remove_reader(self._sock.fileno())
+            self._sock.close()
+            self._sock = None
+        if not self.rt.stopping:
+            log.error("regency: the fork server exited unexpectedly")
+        for rec in list(self.procs.values()):
+            self._finish(rec, "lost with the fork server")
+
+    # -- spawning --------------------------------------------------------------------------
+    def _on_spawn_procs(self, req: dict[str, Any]) -> None:
+        self.start_zygote()
+        for entry in req["procs"]:
+            self._spawn_one(req, entry)
+
+    def _spawn_one(self, req: dict[str, Any], entry: dict[str, Any]) -> None:
+        rec = ProcRecord(entry["addr"], entry["label"], req["owner"], req["mesh_uid"], entry["rank"])
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        self._tokens += 1
+        spec = {**req["spec"], **entry, "host_agent": self.rt.address}
+        msg = {"token": self._tokens, "entry": "regency._api._proc_main:run_proc", "spec": spec,
+               "env": req["env"], "cwd": req["cwd"], "sys_path": req["sys_path"]}
+        try:
+            assert self._sock is not None
+            socket.send_fds(self._sock, [pickle.dumps(msg)], [out_w, err_w])
+        except OSError as exc:
+            for fd in (out_r, out_w, err_r, err_w):
+                os.close(fd)
+            self._notify_owner(rec, f"could not be spawned: {exc}", expected=False)
+            return
+        os.close(out_w)
+        os.close(err_w)
+        self.by_token[self._tokens] = rec
+        self.procs[rec.addr] = rec
+        rec.pipes = [out_r, err_r]
+        for fd, stream in ((out_r, sys.stdout), (err_r, sys.stderr)):
+            os.set_blocking(fd, False)
+            self.rt.loop.add_reader(fd, self._on_output, rec, fd, stream)
+
+    def _on_proc_ready(self, msg: dict[str, Any]) -> None:
+        rec = self.procs.get(msg["addr"])
+        if rec is None:
+            return
+        rec.ready = True
+        self.rt.send_sys(rec.owner, "proc_up", addr=rec.addr, pid=msg["pid"],
+                         mesh_uid=rec.mesh_uid, error=msg.get("error"))
+
+    # -- output ----------------------------------------------------------------------------
+    def _on_output(self, rec: ProcRecord, fd: int, stream: TextIO) -> None:
+        try:
+            data = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._close_pipe(rec, fd, stream)
+            return
+        data = rec.partial.pop(fd, b"") + data
+        *lines, rest = data.split(b"\n")
+        if rest:
+            rec.partial[fd] = rest
+        self._emit(rec, lines, stream)
+
+    def _emit(self, rec: ProcRecord, lines: list[bytes], stream: TextIO) -> None:
+        if not lines:
+            return
+        prefix = f"[{rec.label}] " if config.get("prefix_with_rank") else ""
+        text = [ln.decode("utf-8", "replace") for ln in lines]
+        rec.tail.extend(text)
+        if config.get("enable_log_forwarding"):
+            try:
+                stream.write("".join(f"{prefix}{t}\n" for t in text))
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+
+    def _close_pipe(self, rec: ProcRecord, fd: int, stream: TextIO) -> None:
+        self.rt.loop.remove_reader(fd)
+        rest = rec.partial.pop(fd, b"")
+        if rest:
+            self._emit(rec, [rest], stream)
+        os.close(fd)
+        if fd in rec.pipes:
+            rec.pipes.remove(fd)
+
+    # -- endings ---------------------------------------------------------------------------
+    def _on_exit(self, pid: int, status: int) -> None:
+        rec = self.by_pid.pop(pid, None)
+        if rec is not None:
+            self._finish(rec, describe_status(status))
+
+    def _finish(self, rec: ProcRecord, cause: str) -> None:
+        self.procs.pop(rec.addr, None)
+        for fd, stream in list(zip(rec.pipes, (sys.stdout, sys.stderr))):
+            self._read_rest(rec, fd, stream)
+        self.rt.mark_dead(rec.addr, f"proc {cause}")
+        self._notify_owner(rec, cause, expected=rec.stopping)
+        self._check_stop_waiters(rec.addr)
+
+    def _read_rest(self, rec: ProcRecord, fd: int, stream: TextIO) -> None:
+        while fd in rec.pipes:
+            try:
+                data = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                return  # a grandchild may still hold the pipe; the reader stays
+            except OSError:
+                data = b""
+            if not data:
+                self._close_pipe(rec, fd, stream)
+                return
+            data = rec.partial.pop(fd, b"") + data
+            *lines, rest = data.split(b"\n")
+            if rest:
+                rec.partial[fd] = rest
+            self._emit(rec, lines, stream)
+
+    def _notify_owner(self, rec: ProcRecord, cause: str, expected: bool) -> None:
+        n = int(config.get("tail_log_lines"))
+        self.rt.send_sys(rec.owner, "proc_exited", addr=rec.addr, pid=rec.pid, cause=cause,
+                         expected=expected, mesh_uid=rec.mesh_uid, rank=rec.rank,
+                         host=self.rt.hostname, last_lines=list(rec.tail)[-n:] if n else [])
+
+    # -- stopping --------------------------------------------------------------------------
+    def _on_stop_procs(self, msg: dict[str, Any]) -> None:
+        addrs = {a for a in msg["addrs"] if a in self.procs}
+        port = msg.get("port")
+        for addr in addrs:
+            rec = self.procs[addr]
+            rec.stopping = True
+            self.rt.send_sys(addr, "stop_proc", reason=msg.get("reason", "stopped"))
+        fut = self.rt.loop.create_future()
+        self._stop_waiters.append((addrs, fut))
+        timeout = float(config.get("stop_actor_timeout")) + float(config.get("cleanup_timeout"))
+        self.rt.loop.create_task(self._await_stop(addrs, fut, timeout, port))
+
+    async def _await_stop(self, addrs: set[str], fut: asyncio.Future[None], timeout: float,
+                          port: tuple[str, int] | None) -> None:
+        if addrs:
+            try:
+                await asyncio.wait_for(asyncio.shield(fut), timeout)
+            except asyncio.TimeoutError:
+                self.kill(addrs)
+                await asyncio.wait_for(asyncio.shield(fut), 5.0)
+        if port is not None:
+            self.rt.send_reply(port, None, OK, None)
+
+    def _check_stop_waiters(self, addr: str) -> None:
+        for addrs, fut in list(self._stop_waiters):
+            addrs.discard(addr)
+            if not addrs:
+                self._stop_waiters.remove((addrs, fut))
+                if not fut.done():
+                    fut.set_result(None)
+
+    def kill(self, addrs: set[str] | None = None) -> None:
+        """SIGKILL the given procs (all when None)."""
+        for rec in list(self.procs.values()):
+            if (addrs is None or rec.addr in addrs) and rec.pid:
+                rec.stopping = True
+                try:
+                    os.kill(rec.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+    def shutdown(self) -> None:
+        """Kill every proc and the fork server (loop thread)."""
+        self.kill()
+        if self._sock is not None:
+            self.rt.loop.remove_reader(self._sock.fileno())
+            self._sock.close()
+            self._sock = None
+        if self._zygote is not None:
+            try:
+                self._zygote.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                self._zygote.kill()
+                self._zygote.wait()
+            self._zygote = None

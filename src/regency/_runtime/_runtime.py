@@ -1,0 +1,208 @@
+"""The per-process runtime: one event loop, one router, the ports and actors of this process.
+
+Theory of operation
+-------------------
+Each OS process that takes part in a job (the controller, every proc) has exactly one
+``Runtime``. In the controller the loop runs on a daemon thread started by the first regency
+call; in a proc it runs on the main thread. Everything that touches sockets or the tables below
+runs on the loop thread; other threads hand work over with :meth:`post` (one
+``call_soon_threadsafe`` per message, no task per call).
+
+Frames arrive from the router and are dispatched by the kind of their envelope: ``CALL`` to an
+actor cell's mailbox (held back if the actor is not spawned yet), ``REPLY`` to a port handler,
+``SYS`` to a handler registered by name. Handlers for ``SYS`` kinds are registered by the layers
+above (host agent, supervision, API), which keeps this module free of user-facing concepts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import pickle
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from . import _messages as m
+from ._pickling import dumps, loads
+from ._router import Frame, Router
+
+log = logging.getLogger("regency.runtime")
+
+PortHandler = Callable[[tuple[Any, ...], list[memoryview]], None]
+SysHandler = Callable[[dict[str, Any]], None]
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """A uvloop loop where available, else asyncio's default."""
+    try:
+        import uvloop
+
+        return uvloop.new_event_loop()
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        return asyncio.new_event_loop()
+
+
+class Runtime:
+    """Routing, ports and actor cells of one process."""
+
+    def __init__(self, *, secret: bytes, job: str, role: str) -> None:
+        self.secret = secret
+        self.job = job
+        self.role = role  # "controller" or "proc"
+        self.hostname = socket.gethostname()
+        self.pid = os.getpid()
+        self.loop: asyncio.AbstractEventLoop = new_event_loop()
+        self.loop_thread_id = 0
+        self.router = Router(secret, self._on_frame, self._on_peer_lost, self._on_undeliverable)
+        self.address = ""
+        self.ports: dict[int, PortHandler] = {}
+        self.port_targets: dict[int, frozenset[str]] = {}  # port -> addrs it waits on
+        self.cells: dict[str, Any] = {}
+        self.held: dict[str, list[tuple[tuple[Any, ...], list[memoryview]]]] = {}
+        self.sys_handlers: dict[str, SysHandler] = {}
+        self.peer_lost_hooks: list[Callable[[str, BaseException | None], None]] = []
+        self.dead_addrs: dict[str, str] = {}  # addr -> why it is dead
+        self._port_ids = itertools.count(1)
+        self.stopping = False
+        self.extra: dict[str, Any] = {}  # per-role state of the layers above
+
+    # -- threads ---------------------------------------------------------------------------
+    def on_loop(self) -> bool:
+        """Whether the caller runs on this runtime's loop thread."""
+        return threading.get_ident() == self.loop_thread_id
+
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the loop thread, from any thread."""
+        if self.on_loop():
+            fn(*args)
+        else:
+            self.loop.call_soon_threadsafe(fn, *args)
+
+    def post(self, addr: str, frame: Frame) -> None:
+        """Send a frame to the runtime at ``addr``, from any thread, in call order."""
+        if self.on_loop():
+            self._send(addr, frame)
+        else:
+            self.loop.call_soon_threadsafe(self._send, addr, frame)
+
+    def _send(self, addr: str, frame: Frame) -> None:
+        if addr == self.address:
+            # In-process delivery still copies out-of-band buffers: the receiver must not
+            # share (and mutate) the sender's memory, exactly as across processes.
+            flat = _flat(frame)
+            local = [memoryview(b) for b in flat[:2]] + [memoryview(bytearray(b)) for b in flat[2:]]
+            self.loop.call_soon(self._on_frame, local)
+        else:
+            self.router.send(addr, frame)
+
+    def run_sync(self, coro_fn: Callable[[], Any], timeout: float | None = None) -> Any:
+        """Run a coroutine function on the loop from another thread and wait for it."""
+        fut = asyncio.run_coroutine_threadsafe(coro_fn(), self.loop)
+        return fut.result(timeout)
+
+    # -- ports -------------------------------------------------------------------------------
+    def open_port(self, handler: PortHandler, targets: frozenset[str] = frozenset()) -> int:
+        """Register a port; ``targets`` are the addresses whose death should fail it."""
+        port_id = next(self._port_ids)
+        self.ports[port_id] = handler
+        if targets:
+            self.port_targets[port_id] = targets
+        return port_id
+
+    def close_port(self, port_id: int) -> None:
+        """Forget a port (late messages to it are dropped)."""
+        self.ports.pop(port_id, None)
+        self.port_targets.pop(port_id, None)
+
+    def send_reply(self, port: tuple[str, int], rank: int | None, status: int, value: Any) -> None:
+        """Send ``value`` to a port, from any thread."""
+        data, buffers = dumps(value)
+        self.post(port[0], [pickle.dumps((m.REPLY, port[1], rank, status)), data, *buffers])
+
+    def send_sys(self, to: str, kind: str, /, **kwargs: Any) -> None:
+        """Send a system message to the runtime at ``addr``, from any thread."""
+        data, buffers = dumps(kwargs)
+        self.post(to, [pickle.dumps((m.SYS, kind)), data, *buffers])
+
+    # -- receiving ---------------------------------------------------------------------------
+    def _on_frame(self, frame: list[memoryview]) -> None:
+        env = pickle.loads(frame[0])
+        kind = env[0]
+        if kind == m.REPLY:
+            handler = self.ports.get(env[1])
+            if handler is not None:
+                handler(env, frame)
+        elif kind == m.CALL:
+            cell = self.cells.get(env[1])
+            if cell is not None:
+                cell.enqueue(env, frame)
+            else:
+                self._hold(env, frame)
+        elif kind == m.SYS:
+            self._on_sys(env[1], frame)
+        else:
+            log.warning("regency: dropping frame of unknown kind %r", kind)
+
+    def _on_sys(self, kind: str, frame: list[memoryview]) -> None:
+        handler = self.sys_handlers.get(kind)
+        if handler is None:
+            log.warning("regency: no handler for system message %r", kind)
+            return
+        try:
+            handler(loads(frame[1], frame[2:]))
+        except Exception:  # a bad message must never take the connection or proc down
+            log.exception("regency: error handling system message %r", kind)
+
+    def _hold(self, env: tuple[Any, ...], frame: list[memoryview]) -> None:
+        """Keep a message for an actor that is not spawned here yet."""
+        uid = env[1]
+        held = self.held.setdefault(uid, [])
+        held.append((env, frame))
+        if len(held) == 1:
+            delay = 30.0
+            self.loop.call_later(delay, self._expire_held, uid, time.monotonic())
+
+    def _expire_held(self, uid: str, since: float) -> None:
+        for env, _frame in self.held.pop(uid, []):
+            port = env[3]
+            if port is not None:
+                msg = f"no actor of mesh {uid!r} was spawned in this proc within 30s"
+                self.send_reply(port, None, m.SUPERVISION, (msg, None))
+
+    def add_cell(self, uid: str, cell: Any) -> None:
+        """Register an actor cell and hand it the messages that arrived before it."""
+        self.cells[uid] = cell
+        for env, frame in self.held.pop(uid, []):
+            cell.enqueue(env, frame)
+
+    # -- failures of peers ----------------------------------------------------------------------
+    def _on_peer_lost(self, addr: str, exc: BaseException | None) -> None:
+        self.dead_addrs.setdefault(addr, f"connection lost: {exc}")
+        for hook in list(self.peer_lost_hooks):
+            hook(addr, exc)
+
+    def _on_undeliverable(self, addr: str, frame: Frame, exc: BaseException) -> None:
+        env = pickle.loads(_flat(frame)[0])
+        if env[0] == m.CALL and env[3] is not None:
+            why = self.dead_addrs.get(addr) or f"cannot reach {addr}: {exc}"
+            self.send_reply(env[3], None, m.SUPERVISION, (f"message undeliverable: {why}", None))
+
+    def mark_dead(self, addr: str, why: str) -> None:
+        """Record that the runtime at ``addr`` is gone (e.g. its proc exited)."""
+        self.dead_addrs[addr] = why
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    async def start(self, address: str) -> str:
+        """Listen on ``address`` (loop thread)."""
+        self.loop_thread_id = threading.get_ident()
+        self.address = await self.router.listen(address)
+        return self.address
+
+
+def _flat(frame: Frame) -> list[Any]:
+    return [b.raw() if isinstance(b, pickle.PickleBuffer) else b for b in frame]

@@ -1,0 +1,161 @@
+"""The fork server: a preloaded, single-threaded process that forks procs on request.
+
+Run as ``python -m regency._runtime._zygote FD`` by a host agent, where FD is a
+``SOCK_SEQPACKET`` socket back to it. It imports regency and its dependencies once, then forks
+a child per request, so a proc starts in milliseconds instead of a fresh interpreter's
+hundreds. It never starts a thread (forking a threaded process is unsafe) and never touches
+CUDA.
+
+Requests (pickled dicts, with two file descriptors: the child's stdout and stderr):
+``{"token": int, "entry": "module:function", "spec": {...}, "env": {...}, "cwd": str,
+"sys_path": [...]}``. Replies: ``("spawned", token, pid)``, ``("exited", pid, wait_status)``.
+When the host agent goes away the zygote kills its children and exits; each child also
+receives SIGKILL when the zygote dies (parent-death signal).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pickle
+import select
+import signal
+import socket
+import sys
+from typing import Any
+
+from ._lifeline import set_parent_death_signal
+
+PRELOAD = ("regency._api._proc_main", "numpy")
+
+
+def _preload() -> None:
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+
+
+def _reply(sock: socket.socket, *msg: Any) -> None:
+    try:
+        sock.send(pickle.dumps(msg))
+    except OSError:
+        _exit_all()
+
+
+_children: set[int] = set()
+
+
+def _exit_all() -> None:
+    for pid in list(_children):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    os._exit(0)
+
+
+def _reap(sock: socket.socket) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        _children.discard(pid)
+        _reply(sock, "exited", pid, status)
+
+
+def _child(sock: socket.socket, wake: tuple[int, int], req: dict[str, Any], fds: list[int]) -> None:
+    """Runs in the forked child: become the requested proc, never return."""
+    code = 1
+    try:
+        sock.close()
+        signal.set_wakeup_fd(-1)
+        for fd in wake:
+            os.close(fd)
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_DFL)
+        os.dup2(fds[0], 1)
+        os.dup2(fds[1], 2)
+        for fd in fds:
+            os.close(fd)
+        set_parent_death_signal()
+        os.environ.clear()
+        os.environ.update(req["env"])
+        os.chdir(req["cwd"])
+        sys.path[:] = req["sys_path"]
+        sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+        sys.stderr.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+        _reseed()
+        module, _, func = req["entry"].partition(":")
+        code = int(getattr(importlib.import_module(module), func)(req["spec"]) or 0)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def _reseed() -> None:
+    import random
+
+    random.seed()
+    np = sys.modules.get("numpy")
+    if np is not None:
+        np.random.seed()
+
+
+def serve(sock: socket.socket) -> None:
+    """Fork children on request until the host agent closes the socket."""
+    rfd, wfd = os.pipe()
+    os.set_blocking(wfd, False)
+    signal.set_wakeup_fd(wfd)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    while True:
+        try:
+            ready, _, _ = select.select([sock, rfd], [], [])
+        except InterruptedError:
+            continue
+        if rfd in ready:
+            os.read(rfd, 4096)
+            _reap(sock)
+        if sock not in ready:
+            continue
+        try:
+            msg, fds, _, _ = socket.recv_fds(sock, 1 << 22, 4)
+        except OSError:
+            _exit_all()
+        if not msg:
+            _exit_all()
+        req = pickle.loads(msg)
+        pid = os.fork()
+        if pid == 0:
+            _child(sock, (rfd, wfd), req, fds)
+        for fd in fds:
+            os.close(fd)
+        _children.add(pid)
+        _reply(sock, "spawned", req["token"], pid)
+        _reap(sock)
+
+
+def main() -> None:
+    """Entry point: ``python -m regency._runtime._zygote FD``."""
+    set_parent_death_signal()
+    os.setpgid(0, 0)  # the terminal's Ctrl-C goes to the controller only
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    _preload()
+    serve(sock)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,173 @@
+"""The one exception tree of regency.
+
+::
+
+    Exception
+     └── RegencyError                      base of everything regency raises on purpose
+          ├── ActorError                    an endpoint raised; carries the remote exception
+          ├── SupervisionError (RuntimeError) the callee died, failed or was stopped
+          ├── MeshStoppedError              the mesh was stopped; it cannot be used again
+          ├── TransportError                a connection could not be made or was lost
+          │    └── AuthenticationError      the peer did not prove the job secret
+          └── InternalError                 a bug in regency: please report it
+
+:class:`MeshFailure` is not an exception: it is the record of a failure, handed to
+``__supervise__`` and to ``unhandled_fault_hook``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "ActorError",
+    "AuthenticationError",
+    "InternalError",
+    "MeshFailure",
+    "MeshStoppedError",
+    "RegencyError",
+    "SupervisionError",
+    "TransportError",
+]
+
+
+class RegencyError(Exception):
+    """Base class of the errors regency raises on purpose."""
+
+
+class ActorError(RegencyError):
+    """An endpoint raised an exception; the actor lives on.
+
+    Attributes:
+        exception: the original exception object (unpickled at the caller), or a
+            ``RuntimeError`` carrying its text when it could not be transferred.
+        message: ``"Actor call <actor>.<endpoint> failed."``
+        exception_formatted: the remote traceback, as text.
+    """
+
+    def __init__(
+        self,
+        exception: BaseException,
+        message: str = "A remote actor call failed.",
+        exception_formatted: str = "",
+    ) -> None:
+        self.exception = exception
+        self.message = message
+        self.exception_formatted = exception_formatted
+        super().__init__(exception, message, exception_formatted)
+
+    def __str__(self) -> str:
+        tb = self.exception_formatted
+        header = "Traceback of where the remote call failed (most recent call last):"
+        if tb.startswith("Traceback (most recent call last):"):
+            tb = header + tb[len("Traceback (most recent call last):") :]
+        return f"{self.message}\n{tb}".rstrip() if tb else f"{self.message} {self.exception!r}"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ActorError, (self.exception, self.message, self.exception_formatted))
+
+
+@dataclass(eq=False)
+class MeshFailure:
+    """What failed, where, and why: the record handed to ``__supervise__``.
+
+    Attributes:
+        mesh_name: unique name of the failed mesh (``name-uid``).
+        ranks: ranks of the failed members within that mesh.
+        coords: their coordinates (one dict per rank).
+        actor_class: qualified class name of the actor, if an actor mesh.
+        endpoint: the endpoint in flight when it failed, if known.
+        host: host name.
+        pid: process id of the failed proc, if known.
+        cause: one line: the exception, exit code or signal.
+        traceback: remote traceback text, when the cause was an exception.
+        last_lines: the last lines the proc printed.
+        chain: reports of the failures that led here, oldest first.
+    """
+
+    mesh_name: str
+    ranks: list[int] = field(default_factory=list)
+    coords: list[dict[str, int]] = field(default_factory=list)
+    actor_class: str = ""
+    endpoint: str | None = None
+    host: str = ""
+    pid: int | None = None
+    cause: str = ""
+    traceback: str = ""
+    last_lines: list[str] = field(default_factory=list)
+    chain: list[str] = field(default_factory=list)
+    time: float = field(default_factory=time.time)
+
+    @property
+    def mesh(self) -> tuple[()]:
+        """Monarch compatibility: always an empty tuple."""
+        return ()
+
+    def report(self) -> str:
+        """A readable, multi-line report of the failure."""
+        where = ", ".join(
+            f"rank {r} {c}" if c else f"rank {r}" for r, c in zip(self.ranks, self.coords)
+        ) or "no rank"
+        lines = [f"mesh {self.mesh_name!r} failed: {where}"]
+        if self.actor_class:
+            lines.append(f"  actor:    {self.actor_class}")
+        if self.endpoint:
+            lines.append(f"  endpoint: {self.endpoint}")
+        lines.append(f"  host:     {self.host} pid {self.pid}")
+        lines.append(f"  cause:    {self.cause}")
+        if self.traceback:
+            lines.append("  traceback:")
+            lines.extend("    " + ln for ln in self.traceback.rstrip().splitlines())
+        if self.last_lines:
+            lines.append(f"  last {len(self.last_lines)} lines printed by the proc:")
+            lines.extend("    | " + ln for ln in self.last_lines)
+        for earlier in self.chain:
+            lines.append("This failure happened while handling another one:")
+            lines.extend("    " + ln for ln in earlier.splitlines())
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return f"MeshFailure(mesh_name={self.mesh_name}, crashed_ranks={self.ranks}, cause={self.cause})"
+
+
+class SupervisionError(RegencyError, RuntimeError):
+    """The callee of a pending or new call failed, died or was stopped.
+
+    Carries the same fields as :class:`MeshFailure` as attributes, plus ``endpoint``.
+    """
+
+    def __init__(self, message: str, failure: MeshFailure | None = None,
+                 endpoint: str | None = None) -> None:
+        super().__init__(message)
+        self.failure = failure
+        self.endpoint = endpoint or (failure.endpoint if failure else None)
+        f = failure
+        self.mesh_name = f.mesh_name if f else None
+        self.ranks = list(f.ranks) if f else []
+        self.coords = list(f.coords) if f else []
+        self.actor_class = f.actor_class if f else ""
+        self.host = f.host if f else ""
+        self.pid = f.pid if f else None
+        self.cause = f.cause if f else message
+        self.last_lines = list(f.last_lines) if f else []
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (SupervisionError, (str(self), self.failure, self.endpoint))
+
+
+class MeshStoppedError(SupervisionError):
+    """The mesh was stopped; spawning on it or calling it is not possible any more."""
+
+
+class TransportError(RegencyError):
+    """A connection could not be made, or was lost."""
+
+
+class AuthenticationError(TransportError):
+    """The peer did not prove that it knows the job secret (or speaks another version)."""
+
+
+class InternalError(RegencyError):
+    """A bug in regency. Please report it with the traceback."""
