@@ -60,7 +60,7 @@ class ActorBehavior:
         self.endpoints = endpoints_of(self.cls)
         self.class_name = f"{self.cls.__module__}.{self.cls.__qualname__}"
         self.instance = Instance(
-            actor_id=f"{self.uid}{dict(self.rank)}@{rt.address}", name=msg["name"],
+            actor_id=f"{self.uid}{dict(self.rank)}", name=msg["name"],
             class_name=self.class_name, rank=self.rank, proc_id=rt.address,
             creator=msg["creator"], mesh_uid=self.uid, _proc_mesh=msg["proc_mesh"],
             _stop=self.request_stop,

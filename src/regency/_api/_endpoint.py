@@ -26,7 +26,7 @@ from ._replies import decode, to_exception
 from ._value_mesh import ValueMesh
 
 if TYPE_CHECKING:
-    from ._meshes import ActorMesh
+    from ._meshes import ActorMesh, Route
 
 __all__ = ["Accumulator", "Endpoint", "send"]
 
@@ -43,44 +43,45 @@ class Endpoint(Generic[R]):
         self._name = name
         self._signature = signature
         self._explicit_port = explicit_port
+        self._positional = _positional_range(signature)
 
     # -- adverbs ---------------------------------------------------------------------------
     def call(self, *args: Any, **kwargs: Any) -> Future[ValueMesh[R]]:
         """Send to every member; a Future of the ValueMesh of their replies."""
-        shape = self._mesh._shape
-        collector = _Gather(shape, self._label)
-        self._send(args, kwargs, collector.open(shape, self._mesh), shape)
-        return Future._from(collector.completion, self._guard(shape))
+        route = self._mesh._route
+        collector = _Gather(route, self._label)
+        self._send(args, kwargs, collector.open(route), route)
+        return Future._from(collector.completion, self._guard(route))
 
     def call_one(self, *args: Any, **kwargs: Any) -> Future[R]:
         """Call a mesh of exactly one member; a Future of its reply."""
-        shape = self._mesh._shape
-        if len(shape) != 1:
+        route = self._mesh._route
+        if len(route.ranks) != 1:
+            shape = route.shape
             raise ValueError(
                 f"call_one requires exactly 1 actor, but mesh {self._mesh._name_text} has "
                 f"{len(shape)} ({shape.extent}); slice it first, e.g. mesh.slice(...)"
             )
-        return self._one(shape, args, kwargs)
+        return self._one(route, args, kwargs)
 
     def choose(self, *args: Any, **kwargs: Any) -> Future[R]:
         """Send to one member picked at random; a Future of its reply."""
         shape = self._mesh._shape
         if len(shape) == 0:
             raise ValueError(f"choose on an empty mesh {self._mesh._name_text}")
-        pick = random.randrange(len(shape))
-        return self._one(_single(shape, pick), args, kwargs)
+        return self._one(self._mesh._member_route(random.randrange(len(shape))), args, kwargs)
 
     def stream(self, *args: Any, **kwargs: Any) -> Iterator[Future[R]]:
         """Send to every member; yields one Future per member, in arrival order."""
-        shape = self._mesh._shape
-        collector = _Stream(len(shape), self._label)
-        self._send(args, kwargs, collector.open(shape, self._mesh), shape)
-        guard = self._guard(shape)
+        route = self._mesh._route
+        collector = _Stream(len(route.ranks), self._label)
+        self._send(args, kwargs, collector.open(route), route)
+        guard = self._guard(route)
         return iter([Future._from(c, guard) for c in collector.slots])
 
     def broadcast(self, *args: Any, **kwargs: Any) -> None:
         """Fire and forget to every member. An exception in the endpoint fails the actor."""
-        self._send(args, kwargs, None, self._mesh._shape)
+        self._send(args, kwargs, None, self._mesh._route)
 
     def rref(self, *args: Any, **kwargs: Any) -> Any:
         """Tensor-engine only; not available without an active device mesh."""
@@ -91,13 +92,13 @@ class Endpoint(Generic[R]):
     def _label(self) -> str:
         return f"{self._mesh._name_text}.{self._name}()"
 
-    def _one(self, shape: Shape, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Future[R]:
-        collector = _One(shape, self._label)
-        self._send(args, kwargs, collector.open(shape, self._mesh), shape)
-        return Future._from(collector.completion, self._guard(shape))
+    def _one(self, route: Route, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Future[R]:
+        collector = _One(route, self._label)
+        self._send(args, kwargs, collector.open(route), route)
+        return Future._from(collector.completion, self._guard(route))
 
     def _send(self, args: tuple[Any, ...], kwargs: dict[str, Any],
-              port: tuple[str, int] | None, shape: Shape) -> None:
+              port: tuple[str, int] | None, route: Route) -> None:
         self._bind(args, kwargs)
         try:
             data, buffers = dumps((args, kwargs))
@@ -108,32 +109,35 @@ class Endpoint(Generic[R]):
                 f"cannot send {self._label}: {describe_unpicklable(args, kwargs)}"
             ) from exc
         mesh = self._mesh
-        s = shape.slice
-        env = pickle.dumps((m.CALL, mesh._uid, self._name, port,
-                            (shape.labels, s.offset, s.sizes, s.strides), _sender()), 5)
+        env = pickle.dumps((m.CALL, mesh._uid, self._name, port, route.cast, _sender()), 5)
         frame = [env, data, *buffers]
-        addrs = mesh._proc_addrs
         rt = runtime()
-        dead = mesh._dead_reason(shape)
+        dead = mesh._dead_reason(route)
         if dead is not None:
             if port is not None:
                 rt.close_port(port[1])
             from ..errors import SupervisionError
 
             raise SupervisionError(f"cannot call {self._label}: {dead}", endpoint=self._name)
-        rt.call_soon(_fan_out, rt, [addrs[g] for g in shape.ranks()], frame)
+        post = rt.post  # written by this thread, in order: a later point call cannot overtake
+        for addr in route.addrs:
+            post(addr, frame)
 
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if self._signature is None:
             return
+        if not kwargs and self._positional is not None:
+            low, high = self._positional
+            if low <= len(args) <= high:
+                return  # the common case, without inspect's slow bind
         try:
             self._signature.bind(*args, **kwargs)
         except TypeError as exc:
             raise TypeError(f"{self._label}: {exc}") from None
 
-    def _guard(self, shape: Shape) -> Callable[[], str | None]:
+    def _guard(self, route: Route) -> Callable[[], str | None]:
         uid = self._mesh._uid
-        ranks = shape.ranks
+        ranks = route.ranks
         label = self._label
 
         def guard() -> str | None:
@@ -145,7 +149,7 @@ class Endpoint(Generic[R]):
             if ctx is not None and ctx.actor_instance.mesh_uid == uid:
                 me = ctx.actor_instance.rank
                 rank = getattr(ctx, "global_rank", me.rank)
-                if rank in ranks():
+                if rank in ranks:
                     return (f"{label} calls the actor's own endpoint and blocks on the result: it "
                             "would deadlock, since an actor handles one message at a time")
             return None
@@ -153,21 +157,27 @@ class Endpoint(Generic[R]):
         return guard
 
 
+def _positional_range(sig: inspect.Signature | None) -> tuple[int, int] | None:
+    """(min, max) positional argument counts when binding is that simple, else None."""
+    if sig is None:
+        return None
+    low = high = 0
+    for p in sig.parameters.values():
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            if p.kind is p.VAR_KEYWORD:
+                continue
+            if p.kind is p.VAR_POSITIONAL:
+                return (low, 1 << 30)
+            return None  # keyword-only parameters: let inspect check them
+        high += 1
+        if p.default is p.empty:
+            low = high
+    return (low, high)
+
+
 def _sender() -> str:
     ctx = _current.get(None)
     return ctx.actor_instance.actor_id if ctx is not None else "root"
-
-
-def _fan_out(rt: Any, addrs: list[str], frame: list[Any]) -> None:
-    send = rt._send
-    for addr in addrs:
-        send(addr, frame)
-
-
-def _single(shape: Shape, local: int) -> Shape:
-    """The 1-member sub-shape at a local rank, keeping the dimensions (size 1 each)."""
-    coords = shape.slice.coordinates(local)
-    return shape.select(**{lab: slice(c, c + 1) for lab, c in zip(shape.labels, coords)})
 
 
 class _Collector:
@@ -178,11 +188,10 @@ class _Collector:
         self.port_id = 0
         self.expected: set[int] = set()
 
-    def open(self, shape: Shape, mesh: ActorMesh) -> tuple[str, int]:
+    def open(self, route: Route) -> tuple[str, int]:
         rt = runtime()
-        self.expected = set(shape.ranks())
-        targets = frozenset(mesh._proc_addrs[g] for g in self.expected)
-        self.port_id = rt.open_port(self._on_reply, targets)
+        self.expected = set(route.ranks)
+        self.port_id = rt.open_port(self._on_reply, route.targets)
         rt.extra.setdefault("collectors", {})[self.port_id] = self
         return (rt.address, self.port_id)
 
@@ -220,20 +229,21 @@ class _Collector:
 
 
 class _Gather(_Collector):
-    def __init__(self, shape: Shape, label: str) -> None:
+    def __init__(self, route: Route, label: str) -> None:
         super().__init__(label)
-        self.shape = shape
+        self.route = route
         self.values: dict[int, Any] = {}
         self.completion = Completion(self.pending_text)
 
     def value(self, rank: int | None, value: Any) -> None:
         assert rank is not None
         self.values[rank] = value
-        if len(self.values) == len(self.shape):
+        if len(self.values) == len(self.route.ranks):
             self.close()
-            shape = self.shape
+            shape = self.route.shape
             dense = Shape.from_sizes(shape.labels, shape.extent.sizes)
-            self.completion.set_result(ValueMesh(dense, [self.values[g] for g in shape.ranks()]))
+            values = [self.values[g] for g in self.route.ranks]
+            self.completion.set_result(ValueMesh(dense, values))
 
     def fail(self, exc: BaseException) -> None:
         self.close()
@@ -281,11 +291,12 @@ def send(endpoint: Endpoint[Any], args: tuple[Any, ...], kwargs: dict[str, Any],
     """Low-level send: to all members (or one, ``selection="choose"``); replies go to ``port``."""
     if selection not in ("all", "choose"):
         raise ValueError(f"selection must be 'all' or 'choose', not {selection!r}")
-    shape = endpoint._mesh._shape
+    mesh = endpoint._mesh
+    route = mesh._route
     if selection == "choose":
-        shape = _single(shape, random.randrange(len(shape)))
+        route = mesh._member_route(random.randrange(len(mesh._shape)))
     target = (port._addr, port._port_id) if port is not None else None
-    endpoint._send(tuple(args), dict(kwargs), target, shape)
+    endpoint._send(tuple(args), dict(kwargs), target, route)
 
 
 class Accumulator(Generic[R, A]):

@@ -50,6 +50,20 @@ def _state(uid: str, n: int = 0) -> _MeshState:
     return st
 
 
+class Route:
+    """The members of a (sliced) mesh: ranks, their procs' addresses, the cast header."""
+
+    __slots__ = ("addrs", "cast", "ranks", "shape", "targets")
+
+    def __init__(self, shape: Shape, proc_addrs: tuple[str, ...]) -> None:
+        s = shape.slice
+        self.shape = shape
+        self.ranks = tuple(shape.ranks())
+        self.addrs = [proc_addrs[g] for g in self.ranks]
+        self.targets = frozenset(self.addrs)
+        self.cast = (shape.labels, s.offset, s.sizes, s.strides)
+
+
 class ActorMesh(MeshTrait):
     """A mesh of actors of one class, one per proc of the mesh it was spawned on.
 
@@ -66,6 +80,25 @@ class ActorMesh(MeshTrait):
         self._shape_ = shape
         self._proc_addrs = proc_addrs
         self._install_endpoints()
+
+    @property
+    def _route(self) -> Route:
+        """Where a message to this (sliced) mesh goes; computed once per mesh object."""
+        route = self.__dict__.get("_route_")
+        if route is None:
+            route = self.__dict__["_route_"] = Route(self._shape_, self._proc_addrs)
+        return route
+
+    def _member_route(self, local: int) -> Route:
+        """The route to one member (by local rank), keeping the dimensions; cached."""
+        cache: dict[int, Route] = self.__dict__.setdefault("_members_", {})
+        route = cache.get(local)
+        if route is None:
+            shape = self._shape_
+            coords = shape.slice.coordinates(local)
+            one = shape.select(**{lab: slice(c, c + 1) for lab, c in zip(shape.labels, coords)})
+            route = cache[local] = Route(one, self._proc_addrs)
+        return route
 
     def _install_endpoints(self) -> None:
         eps = endpoints_of(self._cls)
@@ -88,14 +121,16 @@ class ActorMesh(MeshTrait):
     def _new_with_shape(self, shape: Shape) -> ActorMesh:
         return ActorMesh(self._uid, self._mesh_name, self._cls, shape, self._proc_addrs)
 
-    def _dead_reason(self, shape: Shape) -> str | None:
+    def _dead_reason(self, route: Route) -> str | None:
         rt = runtime()
         st = rt.extra.get("mesh_state", {}).get(self._uid)
         if st is not None and st.stopped:
             return f"mesh {self._uid} was stopped ({st.stopped})"
         failed: dict[int, Any] = rt.extra.get("failed_ranks", {}).get(self._uid, {})
         dead = rt.dead_addrs
-        for g in shape.ranks():
+        if not failed and not dead:
+            return None
+        for g in route.ranks:
             if g in failed:
                 return f"rank {g} of mesh {self._uid} failed: {failed[g].cause}"
             why = dead.get(self._proc_addrs[g])

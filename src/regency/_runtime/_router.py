@@ -3,27 +3,29 @@
 Theory of operation
 -------------------
 Every runtime (controller or proc) listens on one address and knows its peers by their
-listening addresses. ``send(addr, frame)`` is only called on the loop thread. The first send
-to an address opens a connection (retrying while the peer is still starting, as procs are
-addressed before they listen) and queues frames until the handshake is done; later sends write
-straight through. An accepted connection announces its owner's listening address in the
-handshake, and is reused for sending back when we have none of our own to that address.
+listening addresses. ``send(addr, frame)`` may be called from any thread: it writes straight
+to the peer's socket when the connection is up, and queues the frame (in order) while it is
+being opened; the connection retries while the peer is still starting, since procs are
+addressed before they listen. An accepted connection announces its owner's listening address
+in the handshake and is reused for sending back when we have none of our own to that address.
 
-Rule: a frame for a given address always leaves on the same connection, so messages from one
-sender to one actor arrive in send order. A peer whose connection was lost is dead for good
-(addresses are never reused); frames for it go to ``on_undeliverable``.
+Rule: frames for one address leave on one connection, in the order ``send`` was called, so
+messages from one sender to one actor arrive in send order. A peer whose connection was lost
+is dead for good (addresses are never reused); frames for it go to ``on_undeliverable``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+import threading
 from collections.abc import Callable
 from typing import Any
 
 from .. import config
-from .._transport import Address, Connection, connect, listen
-from .._wire import ClientHandshake, ServerHandshake
+from .._transport import Address, Connection, Listener, connect
+from ..errors import AuthenticationError
 
 log = logging.getLogger("regency.router")
 VERSION = "regency-0.1"
@@ -55,32 +57,49 @@ class Router:
     ) -> None:
         self.secret = secret
         self.address = ""
+        self.loop: asyncio.AbstractEventLoop | None = None
         self.peers: dict[str, Peer] = {}
         self.connections: set[Connection] = set()
+        self._lock = threading.RLock()
         self._on_frame = on_frame
         self._on_peer_lost = on_peer_lost
         self._on_undeliverable = on_undeliverable
-        self._server: asyncio.AbstractServer | None = None
+        self._listener = Listener(secret, VERSION, self._accepted)
         self.closing = False
 
     async def listen(self, address: str) -> str:
         """Start accepting connections on ``address``; returns the bound address."""
-        self._server, self.address = await listen(address, self._accepting_protocol)
+        self.loop = asyncio.get_running_loop()
+        self.address = await self._listener.start(address)
         return self.address
 
-    # -- sending --------------------------------------------------------------------------
+    # -- sending (any thread) ---------------------------------------------------------------
     def send(self, addr: str, frame: Frame) -> None:
-        """Send one frame to the runtime listening at ``addr`` (loop thread only)."""
+        """Send one frame to the runtime listening at ``addr``; any thread, in call order."""
         peer = self.peers.get(addr)
-        if peer is None:
-            peer = self._open(addr)
-        if peer.conn is not None:
-            peer.conn.send_frame(frame)
-        elif peer.queue is not None:
-            peer.queue.append(frame)
-        else:
-            assert peer.dead is not None
-            self._on_undeliverable(addr, frame, peer.dead)
+        conn = peer.conn if peer is not None else None
+        if conn is not None:
+            try:
+                conn.send_frame(frame)
+                return
+            except ConnectionError:
+                pass  # lost under our feet: fall through to the slow path
+        with self._lock:
+            peer = self.peers.get(addr)
+            if peer is None:
+                peer = self._open(addr)
+            if peer.queue is not None:
+                peer.queue.append(frame)
+                return
+            if peer.conn is not None and not peer.conn.closed:
+                try:
+                    peer.conn.send_frame(frame)
+                    return
+                except ConnectionError as exc:
+                    reason: BaseException = exc
+            else:
+                reason = peer.dead or ConnectionResetError("connection closed")
+        self._on_undeliverable(addr, frame, reason)
 
     def is_dead(self, addr: str) -> bool:
         """Whether the connection to ``addr`` was lost (or never made)."""
@@ -90,8 +109,13 @@ class Router:
     def _open(self, addr: str) -> Peer:
         peer = Peer(addr)
         self.peers[addr] = peer
-        asyncio.get_running_loop().create_task(self._connect(peer))
+        assert self.loop is not None
+        self.loop.call_soon_threadsafe(self._start_connect, peer)
         return peer
+
+    def _start_connect(self, peer: Peer) -> None:
+        assert self.loop is not None
+        self.loop.create_task(self._connect(peer))
 
     async def _connect(self, peer: Peer) -> None:
         loop = asyncio.get_running_loop()
@@ -99,51 +123,50 @@ class Router:
         delay = 0.0005
         while True:
             try:
-                await connect(peer.addr, lambda: self._protocol(
-                    ClientHandshake(self.secret, VERSION, self.address), peer))
-                return  # the handshake goes on in the protocol; _ready takes over
+                sock, rest = await connect(peer.addr, self.secret, VERSION, self.address)
+                break
             except (ConnectionRefusedError, FileNotFoundError) as exc:
                 if loop.time() > deadline or self.closing:
                     self._mark_dead(peer, exc)
                     return
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.02)
-            except OSError as exc:
+            except (OSError, AuthenticationError, asyncio.TimeoutError) as exc:
+                log.warning("regency: cannot connect to %s: %s", peer.addr, exc)
                 self._mark_dead(peer, exc)
                 return
-
-    # -- protocol plumbing ----------------------------------------------------------------
-    def _accepting_protocol(self) -> Connection:
-        return self._protocol(ServerHandshake(self.secret, VERSION))
-
-    def _protocol(
-        self, handshake: ClientHandshake | ServerHandshake, target: Peer | None = None
-    ) -> Connection:
-        conn = Connection(handshake, self._ready, self._frame, self._closed)
-        conn.target = target
-        return conn
-
-    def _ready(self, conn: Connection) -> None:
-        self.connections.add(conn)
-        if conn.peer_identity is not None:  # accepted: the peer told us its address
-            conn.label = conn.peer_identity
-            peer = self.peers.get(conn.peer_identity)
-            if peer is None:
-                peer = Peer(conn.peer_identity)
-                self.peers[conn.peer_identity] = peer
+        conn = self._connection(sock, None, peer.addr, rest)
+        with self._lock:
             if peer.conn is None and peer.dead is None:
                 self._attach(peer, conn)
-            return
-        target = conn.target  # outgoing: the peer that opened it
-        if isinstance(target, Peer) and target.conn is None and target.dead is None:
-            self._attach(target, conn)
+        conn.start()
+
+    # -- accepting (loop thread) ------------------------------------------------------------
+    def _accepted(self, sock: socket.socket, identity: str, rest: bytes) -> None:
+        conn = self._connection(sock, identity, identity, rest)
+        with self._lock:
+            peer = self.peers.get(identity)
+            if peer is None:
+                peer = Peer(identity)
+                self.peers[identity] = peer
+            if peer.conn is None and peer.dead is None:
+                self._attach(peer, conn)
+        conn.start()
+
+    def _connection(self, sock: socket.socket, identity: str | None, label: str,
+                    rest: bytes) -> Connection:
+        assert self.loop is not None
+        conn = Connection(sock, self.loop, self._frame, self._closed, peer_identity=identity,
+                          label=label, leftover=rest)
+        self.connections.add(conn)
+        return conn
 
     def _attach(self, peer: Peer, conn: Connection) -> None:
-        peer.conn = conn
+        """Make ``conn`` the sending side of ``peer`` and flush its queue (lock held)."""
         queued, peer.queue = peer.queue, None
-        conn.label = peer.addr
         for frame in queued or ():
             conn.send_frame(frame)
+        peer.conn = conn
 
     def _frame(self, conn: Connection, frame: list[memoryview]) -> None:
         self._on_frame(frame)
@@ -151,29 +174,26 @@ class Router:
     def _closed(self, conn: Connection, exc: BaseException | None) -> None:
         self.connections.discard(conn)
         lost = exc or ConnectionResetError("connection closed")
-        target = conn.target
-        if isinstance(target, Peer) and target.conn is None:  # failed before it was ready
-            self._mark_dead(target, lost)
         for peer in list(self.peers.values()):
             if peer.conn is conn:
                 self._mark_dead(peer, lost)
 
     def _mark_dead(self, peer: Peer, exc: BaseException) -> None:
-        if peer.dead is not None:
-            return
-        peer.dead = exc
-        peer.conn = None
-        queued, peer.queue = peer.queue, None
+        with self._lock:
+            if peer.dead is not None:
+                return
+            peer.dead = exc
+            peer.conn = None
+            queued, peer.queue = peer.queue, None
         for frame in queued or ():
             self._on_undeliverable(peer.addr, frame, exc)
         if not self.closing:
             self._on_peer_lost(peer.addr, exc)
 
     def close(self) -> None:
-        """Close the listening socket and every connection."""
+        """Close the listening socket and every connection (loop thread)."""
         self.closing = True
-        if self._server is not None:
-            self._server.close()
+        self._listener.close()
         for conn in list(self.connections):
             conn.close()
 

@@ -84,21 +84,27 @@ class Runtime:
             self.loop.call_soon_threadsafe(fn, *args)
 
     def post(self, addr: str, frame: Frame) -> None:
-        """Send a frame to the runtime at ``addr``, from any thread, in call order."""
-        if self.on_loop():
-            self._send(addr, frame)
-        else:
-            self.loop.call_soon_threadsafe(self._send, addr, frame)
+        """Send a frame to the runtime at ``addr``, from any thread, in call order.
 
-    def _send(self, addr: str, frame: Frame) -> None:
+        Remote frames are written directly by the calling thread (no hop to the loop).
+        """
         if addr == self.address:
-            # In-process delivery still copies out-of-band buffers: the receiver must not
-            # share (and mutate) the sender's memory, exactly as across processes.
-            flat = _flat(frame)
-            local = [memoryview(b) for b in flat[:2]] + [memoryview(bytearray(b)) for b in flat[2:]]
-            self.loop.call_soon(self._on_frame, local)
+            # Deferred, never inline: a handler must not run in the middle of its sender.
+            if self.on_loop():
+                self.loop.call_soon(self._deliver_local, frame)
+            else:
+                self.loop.call_soon_threadsafe(self._deliver_local, frame)
         else:
             self.router.send(addr, frame)
+
+    _send = post
+
+    def _deliver_local(self, frame: Frame) -> None:
+        # In-process delivery still copies out-of-band buffers: the receiver must not
+        # share (and mutate) the sender's memory, exactly as across processes.
+        flat = _flat(frame)
+        local = [memoryview(b) for b in flat[:2]] + [memoryview(bytearray(b)) for b in flat[2:]]
+        self._on_frame(local)
 
     def run_sync(self, coro_fn: Callable[[], Any], timeout: float | None = None) -> Any:
         """Run a coroutine function on the loop from another thread and wait for it."""

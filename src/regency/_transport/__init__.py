@@ -1,7 +1,7 @@
-"""asyncio transports: authenticated, framed connections over unix and tcp sockets."""
+"""Transports: authenticated, framed connections over unix and tcp sockets."""
 
 from ._address import Address
 from ._connection import Connection
-from ._endpoints import connect, listen
+from ._endpoints import Listener, connect, handshake
 
-__all__ = ["Address", "Connection", "connect", "listen"]
+__all__ = ["Address", "Connection", "Listener", "connect", "handshake"]

@@ -1,16 +1,25 @@
-"""Listening and connecting, by address scheme (unix or tcp)."""
+"""Listening, connecting and the handshake, by address scheme (unix or tcp).
+
+Every accepted socket must complete the mutual HMAC handshake within a deadline and a few
+KiB before a ``Connection`` is made for it; a refused peer is logged in one line and closed.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 from collections.abc import Callable
 
 from .. import config
+from .._wire import ClientHandshake, ServerHandshake
+from ..errors import AuthenticationError
 from ._address import Address
-from ._connection import Connection
 
-ProtocolFactory = Callable[[], Connection]
+log = logging.getLogger("regency.transport")
+
+HANDSHAKE_TIMEOUT = 10.0
+Accepted = Callable[[socket.socket, str, bytes], None]
 
 
 def _tune(sock: socket.socket) -> None:
@@ -22,47 +31,119 @@ def _tune(sock: socket.socket) -> None:
             pass
 
 
-async def listen(address: str, factory: ProtocolFactory) -> tuple[asyncio.AbstractServer, str]:
-    """Start serving ``address``; returns the server and the address actually bound."""
-    loop = asyncio.get_running_loop()
-    addr = Address.parse(address)
+def _new_socket(addr: Address) -> socket.socket:
     if addr.scheme == "unix":
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        _tune(sock)
-        sock.bind(addr.host)
-        server = await loop.create_unix_server(factory, sock=sock, backlog=1024)
-        return server, str(addr)
-    family = socket.AF_INET6 if ":" in addr.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    _tune(sock)
-    sock.bind((addr.host, addr.port))
-    server = await loop.create_server(factory, sock=sock, backlog=1024)
-    port = sock.getsockname()[1]
-    return server, str(Address("tcp", addr.host, port))
-
-
-async def connect(address: str, factory: ProtocolFactory) -> Connection:
-    """Open a connection to ``address`` (the handshake starts at once)."""
-    loop = asyncio.get_running_loop()
-    addr = Address.parse(address)
-    if addr.scheme == "unix":
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        target: object = addr.host
     else:
         family = socket.AF_INET6 if ":" in addr.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        target = (addr.host, addr.port)
     _tune(sock)
     sock.setblocking(False)
+    return sock
+
+
+async def handshake(sock: socket.socket, hs: ClientHandshake | ServerHandshake,
+                    timeout: float = HANDSHAKE_TIMEOUT) -> bytes:
+    """Run a handshake over ``sock``; returns bytes that followed it.
+
+    Raises:
+        AuthenticationError: the peer failed to authenticate (or speaks another version).
+        ConnectionError / TimeoutError: the peer went away or took too long.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    out = hs.data_to_send()
+    if out:
+        await loop.sock_sendall(sock, out)
+    while not hs.done and not hs.failed:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            raise TimeoutError("handshake took too long")
+        data = await asyncio.wait_for(loop.sock_recv(sock, 4096), remaining)
+        if not data:
+            raise ConnectionResetError("peer closed the connection during the handshake")
+        hs.receive_data(data)
+        out = hs.data_to_send()
+        if out:
+            try:
+                await loop.sock_sendall(sock, out)
+            except OSError:
+                if not hs.failed:
+                    raise
+    if hs.failed:
+        raise AuthenticationError(str(hs.error))
+    return hs.unused_data()
+
+
+class Listener:
+    """Accepts connections on one address; hands authenticated sockets to ``on_accepted``."""
+
+    def __init__(self, secret: bytes, version: str, on_accepted: Accepted) -> None:
+        self.secret = secret
+        self.version = version
+        self.on_accepted = on_accepted
+        self.sock: socket.socket | None = None
+        self.address = ""
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self, address: str) -> str:
+        """Bind and start accepting; returns the bound address."""
+        addr = Address.parse(address)
+        sock = _new_socket(addr)
+        if addr.scheme == "tcp":
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((addr.host, addr.port))
+            addr = Address("tcp", addr.host, sock.getsockname()[1])
+        else:
+            sock.bind(addr.host)
+        sock.listen(1024)
+        self.sock = sock
+        self.address = str(addr)
+        self._task = asyncio.get_running_loop().create_task(self._accept_loop())
+        return self.address
+
+    async def _accept_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self.sock is not None
+        while True:
+            try:
+                conn, _ = await loop.sock_accept(self.sock)
+            except (OSError, asyncio.CancelledError):
+                return
+            conn.setblocking(False)
+            if conn.family != socket.AF_UNIX:
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            loop.create_task(self._authenticate(conn))
+
+    async def _authenticate(self, conn: socket.socket) -> None:
+        hs = ServerHandshake(self.secret, self.version)
+        try:
+            rest = await handshake(conn, hs)
+        except (AuthenticationError, OSError, TimeoutError, asyncio.TimeoutError) as exc:
+            log.warning("regency: refused a connection to %s: %s", self.address, exc)
+            conn.close()
+            return
+        self.on_accepted(conn, hs.peer_identity or "?", rest)
+
+    def close(self) -> None:
+        """Stop accepting."""
+        if self._task is not None:
+            self._task.cancel()
+        if self.sock is not None:
+            self.sock.close()
+
+
+async def connect(address: str, secret: bytes, version: str, identity: str) -> tuple[socket.socket, bytes]:
+    """Connect and authenticate; returns the socket and any bytes that followed the handshake."""
+    loop = asyncio.get_running_loop()
+    addr = Address.parse(address)
+    sock = _new_socket(addr)
+    target: object = addr.host if addr.scheme == "unix" else (addr.host, addr.port)
     try:
         await loop.sock_connect(sock, target)  # type: ignore[arg-type]
+        rest = await handshake(sock, ClientHandshake(secret, version, identity))
     except BaseException:
         sock.close()
         raise
-    if addr.scheme == "unix":
-        _, proto = await loop.create_unix_connection(factory, sock=sock)
-    else:
-        _, proto = await loop.create_connection(factory, sock=sock)
-    return proto
+    return sock, rest
