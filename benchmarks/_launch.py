@@ -97,21 +97,35 @@ def _stderr_tail(path: Path) -> str:
 class _ChildSession:
     """One subprocess working through ``workloads``; fills ``run.outcomes``."""
 
-    def __init__(self, run: FrameworkRun, workloads: list[str], quick: bool, timeout_s: float,
-                 log_path: Path) -> None:
+    def __init__(
+        self, run: FrameworkRun, workloads: list[str], quick: bool, timeout_s: float, log_path: Path
+    ) -> None:
         self.run, self.workloads = run, workloads
         self.timeout_s, self.log_path = timeout_s, log_path
         self.current: str | None = None
         self.seen: set[str] = set()  # event kinds received so far
         self.started_at = time.perf_counter()
-        cmd = [str(interpreter(run.framework)), "-m", "benchmarks._child",
-               "--framework", run.framework, "--workloads", ",".join(workloads)]
+        cmd = [
+            str(interpreter(run.framework)),
+            "-m",
+            "benchmarks._child",
+            "--framework",
+            run.framework,
+            "--workloads",
+            ",".join(workloads),
+        ]
         if quick:
             cmd.append("--quick")
         self.stderr = log_path.open("a")
         self.proc = subprocess.Popen(
-            cmd, cwd=repo_root(), env=child_env(run.framework), stdout=subprocess.PIPE,
-            stderr=self.stderr, stdin=subprocess.DEVNULL, text=True, start_new_session=True,
+            cmd,
+            cwd=repo_root(),
+            env=child_env(run.framework),
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
         )
         self.lines: queue.Queue[str | None] = queue.Queue()
         assert self.proc.stdout is not None
@@ -155,8 +169,9 @@ class _ChildSession:
             self.run.outcomes[name] = Outcome("ok", event.get("metrics", {}), seconds=seconds)
             self.current = None
         elif kind == "error":
-            self.run.outcomes[name] = Outcome("error", detail=str(event.get("error")),
-                                              seconds=elapsed)
+            self.run.outcomes[name] = Outcome(
+                "error", detail=str(event.get("error")), seconds=elapsed
+            )
             self.current = None
 
     def _on_timeout(self) -> None:
@@ -166,19 +181,21 @@ class _ChildSession:
             # stuck while starting the framework: every pending workload would hang the same way
             for name in self.pending():
                 self.run.outcomes[name] = Outcome(
-                    "timeout", detail=f"framework start-up took over {self.timeout_s:.0f} s")
+                    "timeout", detail=f"framework start-up took over {self.timeout_s:.0f} s"
+                )
             return
         name = self.current or self.pending()[0]
         self.run.outcomes[name] = Outcome(
-            "timeout", detail=f"no result after {self.timeout_s:.0f} s", seconds=self.timeout_s)
+            "timeout", detail=f"no result after {self.timeout_s:.0f} s", seconds=self.timeout_s
+        )
 
     def _on_exit(self) -> None:
         try:
             rc = self.proc.wait(timeout=EXIT_GRACE_S)
         except subprocess.TimeoutExpired:
             rc = None
-        if not self.pending():
-            return
+        if not self.pending() or (self.current is None and "start" in self.seen):
+            return  # done, or died between workloads: run_framework restarts it for the rest
         self.stderr.flush()
         tail = _stderr_tail(self.log_path)
         last = tail.splitlines()[-1] if tail else "(no stderr)"
@@ -190,8 +207,9 @@ class _ChildSession:
                 self.run.outcomes[name] = Outcome("error", detail=detail)
 
 
-def run_framework(framework: str, workloads: list[str], *, quick: bool, timeout_s: float,
-                  log_path: Path) -> FrameworkRun:
+def run_framework(
+    framework: str, workloads: list[str], *, quick: bool, timeout_s: float, log_path: Path
+) -> FrameworkRun:
     """Run ``workloads`` for ``framework``, restarting the subprocess after a hang or crash."""
     run = FrameworkRun(framework)
     remaining = list(workloads)

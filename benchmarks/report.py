@@ -37,8 +37,11 @@ def _outcomes(runs: Sequence[FrameworkRun], workload: str) -> list[Outcome]:
 
 
 def median_of(runs: Sequence[FrameworkRun], workload: str, metric: str) -> float | None:
-    values = [o.metrics[metric] for o in _outcomes(runs, workload)
-              if o.status == "ok" and metric in o.metrics]
+    values = [
+        o.metrics[metric]
+        for o in _outcomes(runs, workload)
+        if o.status == "ok" and metric in o.metrics
+    ]
     return statistics.median(values) if values else None
 
 
@@ -70,8 +73,9 @@ def metrics_of(by_fw: dict[str, list[FrameworkRun]], workload: str) -> list[str]
     return list(names) or [MISSING]
 
 
-def render_table(by_fw: dict[str, list[FrameworkRun]], workloads: Sequence[str],
-                 peers: Sequence[str]) -> str:
+def render_table(
+    by_fw: dict[str, list[FrameworkRun]], workloads: Sequence[str], peers: Sequence[str]
+) -> str:
     columns = ["regency", *peers]
     header = ["workload", "metric", *columns, *(f"regency/{p}" for p in peers)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -104,8 +108,12 @@ def versions_line(by_fw: dict[str, list[FrameworkRun]]) -> str:
     return ", ".join(parts) or "unknown"
 
 
-def render_report(by_fw: dict[str, list[FrameworkRun]], workloads: Sequence[str],
-                  peers: Sequence[str], meta: dict[str, Any]) -> str:
+def render_report(
+    by_fw: dict[str, list[FrameworkRun]],
+    workloads: Sequence[str],
+    peers: Sequence[str],
+    meta: dict[str, Any],
+) -> str:
     caption = (
         f"Medians of {meta['repeat']} interleaved runs per framework "
         f"({'quick' if meta['quick'] else 'full'} suite), {meta['date']}, "
@@ -121,12 +129,17 @@ def render_report(by_fw: dict[str, list[FrameworkRun]], workloads: Sequence[str]
     return "\n".join(parts) + "\n"
 
 
-def to_json(by_fw: dict[str, list[FrameworkRun]], workloads: Sequence[str],
-            meta: dict[str, Any]) -> dict[str, Any]:
+def to_json(
+    by_fw: dict[str, list[FrameworkRun]], workloads: Sequence[str], meta: dict[str, Any]
+) -> dict[str, Any]:
     medians = {
         fw: {w: {m: median_of(runs, w, m) for m in metrics_of(by_fw, w)} for w in workloads}
         for fw, runs in by_fw.items()
     }
-    runs = {fw: [{"info": r.info, "outcomes": {w: asdict(o) for w, o in r.outcomes.items()}}
-                 for r in rs] for fw, rs in by_fw.items()}
+    runs = {
+        fw: [
+            {"info": r.info, "outcomes": {w: asdict(o) for w, o in r.outcomes.items()}} for r in rs
+        ]
+        for fw, rs in by_fw.items()
+    }
     return {"meta": meta, "medians": medians, "runs": runs}

@@ -39,18 +39,37 @@ def _csv(value: str) -> list[str]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--peers", type=_csv, default=list(PEERS),
-                   help="peer frameworks for the table columns (default: monarch,ray)")
-    p.add_argument("--frameworks", type=_csv, default=None,
-                   help="frameworks to actually run (default: regency + the peers)")
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.run",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--peers",
+        type=_csv,
+        default=list(PEERS),
+        help="peer frameworks for the table columns (default: monarch,ray)",
+    )
+    p.add_argument(
+        "--frameworks",
+        type=_csv,
+        default=None,
+        help="frameworks to actually run (default: regency + the peers)",
+    )
     p.add_argument("--repeat", type=int, default=3, help="runs per framework (default 3)")
     p.add_argument("--quick", action="store_true", help="fewer iterations (CI smoke run)")
-    p.add_argument("--only", nargs="+", metavar="NAME",
-                   help="workload names or glob patterns, e.g. sync_rtt 'echo_*'")
-    p.add_argument("--timeout", type=float, default=300.0,
-                   help="hard timeout per workload, seconds (default 300)")
+    p.add_argument(
+        "--only",
+        nargs="+",
+        metavar="NAME",
+        help="workload names or glob patterns, e.g. sync_rtt 'echo_*'",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        help="hard timeout per workload, seconds (default 300)",
+    )
     p.add_argument("--json", type=Path, help="write raw results and medians as JSON here")
     p.add_argument("--md", type=Path, help="also write the markdown report here")
     return p.parse_args(argv)
@@ -72,8 +91,11 @@ def available(frameworks: list[str]) -> list[str]:
         if interpreter(fw).exists():
             found.append(fw)
         else:
-            print(f"note: skipping {fw}: {interpreter(fw)} not found "
-                  f"(create it with: bash benchmarks/setup_peers.sh {fw})", file=sys.stderr)
+            print(
+                f"note: skipping {fw}: {interpreter(fw)} not found "
+                f"(create it with: bash benchmarks/setup_peers.sh {fw})",
+                file=sys.stderr,
+            )
     return found
 
 
@@ -83,21 +105,29 @@ def log(msg: str) -> None:
 
 def report_progress(run: FrameworkRun, rep: int, repeat: int, seconds: float) -> None:
     bad = {w: o for w, o in run.outcomes.items() if o.status != "ok"}
-    log(f"run {rep}/{repeat} {run.framework}: {len(run.outcomes)} workloads in {seconds:.0f} s"
-        + (f", {len(bad)} failed" if bad else ""))
+    log(
+        f"run {rep}/{repeat} {run.framework}: {len(run.outcomes)} workloads in {seconds:.0f} s"
+        + (f", {len(bad)} failed" if bad else "")
+    )
     for w, o in bad.items():
         first = o.detail.strip().splitlines()[0][:200] if o.detail.strip() else ""
         log(f"  {w}: {o.status}: {first}")
 
 
-def run_all(frameworks: list[str], workloads: list[str], args: argparse.Namespace,
-            log_dir: Path) -> dict[str, list[FrameworkRun]]:
+def run_all(
+    frameworks: list[str], workloads: list[str], args: argparse.Namespace, log_dir: Path
+) -> dict[str, list[FrameworkRun]]:
     by_fw: dict[str, list[FrameworkRun]] = {fw: [] for fw in frameworks}
     for rep in range(1, args.repeat + 1):
         for fw in frameworks:  # interleaved: regency, monarch, ray, regency, ...
             start = time.perf_counter()
-            run = run_framework(fw, workloads, quick=args.quick, timeout_s=args.timeout,
-                                log_path=log_dir / f"{fw}-run{rep}.log")
+            run = run_framework(
+                fw,
+                workloads,
+                quick=args.quick,
+                timeout_s=args.timeout,
+                log_path=log_dir / f"{fw}-run{rep}.log",
+            )
             report_progress(run, rep, args.repeat, time.perf_counter() - start)
             by_fw[fw].append(run)
     return by_fw
@@ -114,12 +144,20 @@ def main(argv: list[str] | None = None) -> int:
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     log_dir = Path(repo_root()) / "benchmarks" / "results" / "logs" / stamp
     log_dir.mkdir(parents=True, exist_ok=True)
-    log(f"frameworks={','.join(frameworks)} workloads={len(workloads)} repeat={args.repeat} "
-        f"quick={args.quick} logs={log_dir}")
+    log(
+        f"frameworks={','.join(frameworks)} workloads={len(workloads)} repeat={args.repeat} "
+        f"quick={args.quick} logs={log_dir}"
+    )
     by_fw = run_all(frameworks, workloads, args, log_dir)
-    meta = {"date": dt.date.today().isoformat(), "repeat": args.repeat, "quick": args.quick,
-            "cpus": os.cpu_count(), "machine": platform.platform(), "workloads": workloads,
-            "timeout_s": args.timeout}
+    meta = {
+        "date": dt.date.today().isoformat(),
+        "repeat": args.repeat,
+        "quick": args.quick,
+        "cpus": os.cpu_count(),
+        "machine": platform.platform(),
+        "workloads": workloads,
+        "timeout_s": args.timeout,
+    }
     report = render_report(by_fw, workloads, peers, meta)
     print(report)
     if args.md:

@@ -25,6 +25,7 @@ from ._api._actor import Actor as Actor
 from ._api._actor import concurrent_endpoint as concurrent_endpoint
 from ._api._actor import endpoint as endpoint
 from ._api._as_endpoint import as_endpoint as as_endpoint
+from ._api._bootstrap import enable_transport as enable_transport
 from ._api._bootstrap import shutdown_context as shutdown_context
 from ._api._bootstrap import this_host as this_host
 from ._api._bootstrap import this_proc as this_proc
@@ -88,6 +89,7 @@ __all__ = [
     "current_actor_name",
     "current_rank",
     "current_size",
+    "enable_transport",
     "endpoint",
     "get_or_spawn_controller",
     "send",

@@ -36,6 +36,7 @@ _DEFAULTS: dict[str, Any] = {
     "max_cast_fanout": 16,
     "socket_buffer_bytes": 4 * 1024 * 1024,
     "fail_fast_exit_deadline": 5.0,
+    "malloc_reuse": True,
 }
 
 _runtime: dict[str, Any] = {}

@@ -20,7 +20,7 @@ from .._mesh import Extent, Point, Shape, Slice
 from .._runtime import _messages as m
 from .._runtime._pickling import loads
 from .._runtime._runtime import Runtime
-from ..errors import MeshFailure
+from ..errors import MeshFailure, SupervisionError
 from ._actor import Actor, endpoints_of, is_async_actor
 from ._context import Context, Instance, empty_point, set_context
 from ._ports import Port
@@ -33,6 +33,7 @@ class MessageContext(Context):
         self.actor_instance = instance
         self._cast = cast
         self.global_rank = global_rank
+        self.concurrent = False  # a @concurrent_endpoint body: the mailbox keeps moving
 
     @cached_property
     def message_rank(self) -> Point:  # type: ignore[override]
@@ -71,6 +72,7 @@ class ActorBehavior:
         self.current: str | None = None
         self.tasks: set[asyncio.Task[Any]] = set()
         self.stop_requested: str | None = None
+        self.cleaned = False  # __cleanup__ ran (it runs at most once)
 
     # -- construction ------------------------------------------------------------------------
     def setup_context(self) -> None:
@@ -82,7 +84,7 @@ class ActorBehavior:
             obj = self.cls.__new__(self.cls)
             obj.__init__(*self.args, **self.kwargs)  # type: ignore[misc]
             self.actor = obj
-        except BaseException as exc:  # noqa: BLE001 - becomes a failure of this actor
+        except BaseException as exc:
             self.fail(exc, "__init__")
         finally:
             self.args = self.kwargs = None
@@ -105,13 +107,15 @@ class ActorBehavior:
             result = fn(*args, **kwargs)
         except Exception as exc:
             self._on_exception(exc, name, port, explicit)
-        except BaseException as exc:  # noqa: BLE001 - SystemExit & co. fail the actor
+        except BaseException as exc:
             self._on_fatal(exc, name, port)
         else:
             if port is not None and not explicit:
                 self._reply(port, result, name)
         finally:
             self.current = None
+        if self.failure is not None and not self.cleaned:
+            self.cleanup(self.rt.extra.get("failed_exc", {}).get(self.uid))
         return None
 
     async def _handle_async(self, env: tuple[Any, ...], frame: list[memoryview]) -> None:
@@ -121,16 +125,19 @@ class ActorBehavior:
         name = env[2]
         ep = self.endpoints.get(name)
         if ep is not None and ep.concurrent:
-            task = asyncio.get_running_loop().create_task(self._run_async(env, frame))
+            task = asyncio.get_running_loop().create_task(self._run_async(env, frame, True))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
             await asyncio.sleep(0)  # let the body start before the next message
             return
         await self._run_async(env, frame)
 
-    async def _run_async(self, env: tuple[Any, ...], frame: list[memoryview]) -> None:
+    async def _run_async(self, env: tuple[Any, ...], frame: list[memoryview],
+                         concurrent: bool = False) -> None:
         port, name = env[3], env[2]
-        set_context(MessageContext(self.instance, env[4], self.g))
+        ctx = MessageContext(self.instance, env[4], self.g)
+        ctx.concurrent = concurrent
+        set_context(ctx)
         self.current = name
         explicit = False
         try:
@@ -140,13 +147,15 @@ class ActorBehavior:
                 result = await result
         except Exception as exc:
             self._on_exception(exc, name, port, explicit)
-        except BaseException as exc:  # noqa: BLE001 - includes CancelledError: never a zombie
+        except BaseException as exc:
             self._on_fatal(exc, name, port)
         else:
             if port is not None and not explicit:
                 self._reply(port, result, name)
         finally:
             self.current = None
+        if self.failure is not None and not self.cleaned:
+            await self._cleanup_async(self.rt.extra.get("failed_exc", {}).get(self.uid))
 
     def _prepare(self, name: str, port: Any, frame: list[memoryview]) -> tuple[Any, bool, Any, Any]:
         args, kwargs = loads(frame[1], frame[2:])
@@ -175,7 +184,7 @@ class ActorBehavior:
     def _reply(self, port: tuple[str, int], value: Any, name: str) -> None:
         try:
             self.rt.send_reply(port, self.g, m.OK, value)
-        except Exception as exc:  # noqa: BLE001 - an unpicklable result is the caller's error
+        except Exception as exc:
             text = f"the result of {name} could not be pickled: {type(exc).__name__}: {exc}"
             self.rt.send_reply(port, self.g, m.ACTOR_ERROR,
                                (None, type(exc).__name__, text, "", self._label(name)))
@@ -194,7 +203,7 @@ class ActorBehavior:
         payload = (exc, type(exc).__name__, str(exc), tb, self._label(name))
         try:
             self.rt.send_reply(port, self.g, m.ACTOR_ERROR, payload)
-        except Exception:  # noqa: BLE001 - the exception itself cannot be pickled
+        except Exception:
             self.rt.send_reply(port, self.g, m.ACTOR_ERROR, (None, *payload[1:]))
 
     def _on_fatal(self, exc: BaseException, name: str, port: Any) -> None:
@@ -226,12 +235,12 @@ class ActorBehavior:
         """Offer a failure of an owned mesh to ``__supervise__`` (in the mailbox)."""
         fn = getattr(self.actor, "__supervise__", None)
         if fn is None:
-            return self._unhandled(failure, None)
+            return self._unhandled(failure, None)  # a coroutine for async actors
         if self.is_async:
             return self._supervise_async(fn, failure)
         try:
             handled = fn(failure)
-        except Exception as exc:  # noqa: BLE001 - raising means: not handled
+        except Exception as exc:
             return self._unhandled(failure, exc)
         return None if handled else self._unhandled(failure, None)
 
@@ -240,17 +249,18 @@ class ActorBehavior:
             handled = fn(failure)
             if inspect.isawaitable(handled):
                 handled = await handled
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self._unhandled(failure, exc)
             return
         if not handled:
             self._unhandled(failure, None)
 
-    def _unhandled(self, failure: MeshFailure, exc: BaseException | None) -> None:
+    def _unhandled(self, failure: MeshFailure, exc: BaseException | None) -> Any:
         cause = f"it did not handle the failure of mesh {failure.mesh_name} that it owns"
         if exc is not None:
             cause = f"__supervise__ raised {type(exc).__name__}: {exc}"
-        self.fail(None, None, cause=cause, chain=[failure.report(), *failure.chain])
+        self.fail(exc, None, cause=cause, chain=[failure.report(), *failure.chain])
+        return self.cleanup(exc or SupervisionError(cause, failure))
 
     # -- stopping ----------------------------------------------------------------------------
     def request_stop(self, reason: str) -> None:
@@ -258,18 +268,27 @@ class ActorBehavior:
         self.rt.send_sys(self.rt.address, "stop_actor", uid=self.uid, reason=reason, port=None)
 
     def cleanup(self, exc: BaseException | None) -> Any:
-        """Run ``__cleanup__`` (returns a coroutine for async actors)."""
+        """Run ``__cleanup__`` once (returns a coroutine for async actors).
+
+        ``exc`` is None on a graceful stop and the original exception on an error stop.
+        """
         if self.is_async:
             return self._cleanup_async(exc)
+        if self.cleaned:
+            return None
+        self.cleaned = True
         fn = getattr(self.actor, "__cleanup__", None)
         if fn is not None:
             try:
                 fn(exc)
-            except Exception:  # noqa: BLE001 - reported, stop goes on
+            except Exception:
                 traceback.print_exc()
         return None
 
     async def _cleanup_async(self, exc: BaseException | None) -> None:
+        if self.cleaned:
+            return
+        self.cleaned = True
         for task in list(self.tasks):
             task.cancel()
         if self.tasks:
@@ -280,7 +299,7 @@ class ActorBehavior:
                 result = fn(exc)
                 if inspect.isawaitable(result):
                     await result
-            except Exception:  # noqa: BLE001
+            except Exception:
                 traceback.print_exc()
 
 

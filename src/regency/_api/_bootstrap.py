@@ -9,6 +9,7 @@ the same on demand, and the next regency call starts a fresh runtime (for notebo
 from __future__ import annotations
 
 import atexit
+import os
 import secrets
 import threading
 from typing import TYPE_CHECKING, Any
@@ -44,9 +45,13 @@ def runtime() -> Runtime:
 
 def _start_controller() -> Runtime:
     global _atexit_registered, _root_context
-    from . import _dispatch
+    from .. import config
     from .._runtime._host_agent import HostAgent
+    from .._runtime._malloc import reuse_freed_memory
+    from . import _dispatch
 
+    if config.get("malloc_reuse"):
+        reuse_freed_memory()
     job = secrets.token_hex(4)
     rt = Runtime(secret=new_secret(), job=job, role="controller")
     ready = threading.Event()
@@ -70,6 +75,10 @@ def _start_controller() -> Runtime:
     rt.extra.update(root=rt.address, host_agent=rt.address, thread=thread)
     rt.extra["agent"] = HostAgent(rt)
     _dispatch.install(rt)
+    from . import _failfast
+
+    _failfast.reset()
+    _failfast.install_handler()
     _root_context = None
     _current.set_runtime(rt)
     if not _atexit_registered:
@@ -133,24 +142,44 @@ def _shutdown(rt: Runtime, timeout: float) -> None:
     from ._dispatch import stop_everything
 
     with _lock:
-        if _current.get() is not rt:
+        if _current.get() is not rt or rt.stopping:
             return
-        _current.set_runtime(None)
-    rt.stopping = True
+        rt.stopping = True
     thread: threading.Thread = rt.extra["thread"]
-    if thread.is_alive():
-        try:
-            rt.run_sync(lambda: stop_everything(rt, timeout), timeout=timeout + 5.0)
-        except Exception:  # noqa: BLE001 - shutting down regardless
-            pass
-        rt.loop.call_soon_threadsafe(rt.loop.stop)
-        thread.join(timeout=5.0)
+    try:
+        if thread.is_alive():
+            try:
+                rt.run_sync(lambda: stop_everything(rt, timeout), timeout=timeout + 5.0)
+            except Exception:  # noqa: BLE001 - shutting down regardless
+                pass
+            rt.loop.call_soon_threadsafe(rt.loop.stop)
+            thread.join(timeout=5.0)
+    finally:
+        with _lock:
+            if _current.get() is rt:
+                _current.set_runtime(None)
 
 
 def _at_exit() -> None:
+    from . import _failfast
+
     rt = _current.get()
     if rt is not None and rt.role == "controller":
         _shutdown(rt, 3.0)
+    code = _failfast.pending_exit_code()
+    if code is not None:
+        os._exit(code)  # a failure arrived after the script's last line: never exit 0
+
+
+def enable_transport(transport: str) -> None:
+    """Choose how procs spawned from now on listen: ``"unix"`` (default) or ``"tcp"``."""
+    name = str(transport).lower().removesuffix("://")
+    aliases = {"ipc": "unix", "unix": "unix", "tcp": "tcp", "tcpwithlocalhost": "tcp"}
+    if name not in aliases:
+        raise ValueError(f"unknown transport {transport!r}; use 'unix' or 'tcp'")
+    from .. import config
+
+    config.configure(default_transport=aliases[name])
 
 
 def current_runtime_or_none() -> Any:

@@ -116,7 +116,7 @@ async def stop_cells(rt: Runtime, timeout: float) -> None:
 
         def finish(b: Any = behavior, f: asyncio.Future[None] = fut) -> Any:
             def done() -> None:
-                loop.call_soon_threadsafe(lambda: f.done() or f.set_result(None))
+                loop.call_soon_threadsafe(_settle, f)
 
             result = b.cleanup(None)
             if asyncio.iscoroutine(result):
@@ -130,40 +130,51 @@ async def stop_cells(rt: Runtime, timeout: float) -> None:
         await asyncio.wait(pending, timeout=timeout)
 
 
+def _settle(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
 async def stop_everything(rt: Runtime, timeout: float) -> None:
     """Controller shutdown: stop owned proc meshes, local actors, then the host agent."""
-    from ._meshes import ProcMesh
-
-    waits = []
-    for uid, info in list(rt.extra.get("proc_meshes", {}).items()):
-        if info["state"].stopped:
-            continue
-        addrs = tuple(sorted(info["addrs"]))
-        pm = ProcMesh(uid, info["name"], info["shape"], addrs, (rt.extra["host_agent"],) * len(addrs))
-        pm._shape_ = _dense(len(addrs))
-        waits.append(pm.stop("shutdown")._completion)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    for c in waits:
-        while not c.done() and loop.time() < deadline:
-            await asyncio.sleep(0.005)
+    by_agent: dict[str, list[str]] = {}
+    for info in rt.extra.get("proc_meshes", {}).values():
+        if info["state"].stopped:
+            continue
+        info["state"].stopped = "shutdown"
+        for addr, agent in zip(info["addr_list"], info["agents"]):
+            by_agent.setdefault(agent, []).append(addr)
+    acked: asyncio.Future[None] = loop.create_future()
+    left = {"n": len(by_agent)}
+
+    def ack(env: tuple[Any, ...], frame: list[memoryview]) -> None:
+        left["n"] -= 1
+        if left["n"] <= 0:
+            _settle(acked)
+
+    port_id = rt.open_port(ack)
+    for agent, addrs in by_agent.items():
+        rt.send_sys(agent, "stop_procs", addrs=addrs, reason="shutdown", port=(rt.address, port_id))
+    if by_agent:
+        try:
+            await asyncio.wait_for(acked, max(0.1, deadline - loop.time()))
+        except asyncio.TimeoutError:
+            pass
+    rt.close_port(port_id)
     await stop_cells(rt, max(0.1, deadline - loop.time()))
     agent = rt.extra.get("agent")
     if agent is not None:
         agent.shutdown()
-    rt.router.close()
-
-
-def _dense(n: int) -> Any:
-    from .._mesh import Shape
-
-    return Shape.from_sizes(["procs"], [n])
+    await rt.router.aclose()
 
 
 # -- failures at owners ------------------------------------------------------------------------
 def _actor_failed(rt: Runtime, msg: dict[str, Any]) -> None:
     failure: MeshFailure = msg["failure"]
     rt.extra.setdefault("failed_ranks", {}).setdefault(msg["uid"], {})[msg["rank"]] = failure
+    rt.troubles += 1
     _supervise.deliver(rt, msg["owner_uid"], failure)
 
 
@@ -219,5 +230,5 @@ def _get_or_spawn_controller(rt: Runtime, msg: dict[str, Any]) -> None:
             mesh = this_proc().spawn(name, msg["cls"], *msg["args"], **msg["kwargs"])
             table[name] = mesh
         rt.send_reply(port, None, m.OK, mesh)
-    except Exception as exc:  # noqa: BLE001 - returned to the caller
+    except Exception as exc:
         rt.send_reply(port, None, m.RAW_ERROR, exc)

@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from .._mesh import Shape
 from .._runtime import _messages as m
 from .._runtime._completion import Completion
-from .._runtime._pickling import describe_unpicklable, dumps
+from .._runtime._pickling import describe_unpicklable, dumps_call
+from .._runtime._runtime import Runtime
+from ..errors import SupervisionError
 from ._bootstrap import runtime
 from ._context import _current
 from ._future import Future
@@ -44,14 +46,16 @@ class Endpoint(Generic[R]):
         self._signature = signature
         self._explicit_port = explicit_port
         self._positional = _positional_range(signature)
+        self._label = f"{mesh._name_text}.{name}()"
 
     # -- adverbs ---------------------------------------------------------------------------
     def call(self, *args: Any, **kwargs: Any) -> Future[ValueMesh[R]]:
         """Send to every member; a Future of the ValueMesh of their replies."""
         route = self._mesh._route
-        collector = _Gather(route, self._label)
-        self._send(args, kwargs, collector.open(route), route)
-        return Future._from(collector.completion, self._guard(route))
+        rt = runtime()
+        collector = _Gather(rt, route, self._label)
+        self._send(rt, args, kwargs, collector, route)
+        return Future._from(collector.completion, _Guard(self._mesh._uid, route, self._label))
 
     def call_one(self, *args: Any, **kwargs: Any) -> Future[R]:
         """Call a mesh of exactly one member; a Future of its reply."""
@@ -74,51 +78,50 @@ class Endpoint(Generic[R]):
     def stream(self, *args: Any, **kwargs: Any) -> Iterator[Future[R]]:
         """Send to every member; yields one Future per member, in arrival order."""
         route = self._mesh._route
-        collector = _Stream(len(route.ranks), self._label)
-        self._send(args, kwargs, collector.open(route), route)
-        guard = self._guard(route)
+        rt = runtime()
+        collector = _Stream(rt, route, self._label)
+        self._send(rt, args, kwargs, collector, route)
+        guard = _Guard(self._mesh._uid, route, self._label)
         return iter([Future._from(c, guard) for c in collector.slots])
 
     def broadcast(self, *args: Any, **kwargs: Any) -> None:
         """Fire and forget to every member. An exception in the endpoint fails the actor."""
-        self._send(args, kwargs, None, self._mesh._route)
+        self._send(runtime(), args, kwargs, None, self._mesh._route)
 
     def rref(self, *args: Any, **kwargs: Any) -> Any:
         """Tensor-engine only; not available without an active device mesh."""
         raise TypeError(f"{self._label}: remote functions require an active device mesh")
 
     # -- internals -------------------------------------------------------------------------
-    @property
-    def _label(self) -> str:
-        return f"{self._mesh._name_text}.{self._name}()"
-
     def _one(self, route: Route, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Future[R]:
-        collector = _One(route, self._label)
-        self._send(args, kwargs, collector.open(route), route)
-        return Future._from(collector.completion, self._guard(route))
+        rt = runtime()
+        collector = _One(rt, route, self._label)
+        self._send(rt, args, kwargs, collector, route)
+        return Future._from(collector.completion, _Guard(self._mesh._uid, route, self._label))
 
-    def _send(self, args: tuple[Any, ...], kwargs: dict[str, Any],
-              port: tuple[str, int] | None, route: Route) -> None:
-        self._bind(args, kwargs)
+    def _send(self, rt: Runtime, args: tuple[Any, ...], kwargs: dict[str, Any],
+              reply: _Collector | tuple[str, int] | None, route: Route) -> None:
+        port = (rt.address, reply.port_id) if isinstance(reply, _Collector) else reply
         try:
-            data, buffers = dumps((args, kwargs))
-        except Exception as exc:
-            if port is not None:
-                runtime().close_port(port[1])
-            raise TypeError(
-                f"cannot send {self._label}: {describe_unpicklable(args, kwargs)}"
-            ) from exc
-        mesh = self._mesh
+            self._bind(args, kwargs)
+            try:
+                data, buffers = dumps_call(args, kwargs)
+            except Exception as exc:
+                raise TypeError(
+                    f"cannot send {self._label}: {describe_unpicklable(args, kwargs)}"
+                ) from exc
+            mesh = self._mesh
+            if rt.troubles:
+                dead = mesh._dead_reason(route)
+                if dead is not None:
+                    raise SupervisionError(f"cannot call {self._label}: {dead}",
+                                           endpoint=self._name)
+        except BaseException:
+            if isinstance(reply, _Collector):
+                reply.close()
+            raise
         env = pickle.dumps((m.CALL, mesh._uid, self._name, port, route.cast, _sender()), 5)
         frame = [env, data, *buffers]
-        rt = runtime()
-        dead = mesh._dead_reason(route)
-        if dead is not None:
-            if port is not None:
-                rt.close_port(port[1])
-            from ..errors import SupervisionError
-
-            raise SupervisionError(f"cannot call {self._label}: {dead}", endpoint=self._name)
         post = rt.post  # written by this thread, in order: a later point call cannot overtake
         for addr in route.addrs:
             post(addr, frame)
@@ -135,26 +138,35 @@ class Endpoint(Generic[R]):
         except TypeError as exc:
             raise TypeError(f"{self._label}: {exc}") from None
 
-    def _guard(self, route: Route) -> Callable[[], str | None]:
-        uid = self._mesh._uid
-        ranks = route.ranks
-        label = self._label
 
-        def guard() -> str | None:
-            rt = runtime()
-            if rt.on_loop():
-                return (f"blocking .get() on {label} inside an async actor would block its event "
-                        "loop forever; use `await` instead")
-            ctx = _current.get(None)
-            if ctx is not None and ctx.actor_instance.mesh_uid == uid:
-                me = ctx.actor_instance.rank
-                rank = getattr(ctx, "global_rank", me.rank)
-                if rank in ranks:
-                    return (f"{label} calls the actor's own endpoint and blocks on the result: it "
-                            "would deadlock, since an actor handles one message at a time")
-            return None
 
-        return guard
+class _Guard:
+    """Why blocking on a call's result would never return, if it would not."""
+
+    __slots__ = ("label", "route", "uid")
+
+    def __init__(self, uid: str, route: Route, label: str) -> None:
+        self.uid = uid
+        self.route = route
+        self.label = label
+
+    def __call__(self) -> str | None:
+        if runtime().on_loop():
+            return (f"blocking .get() on {self.label} inside an async actor would block its "
+                    "event loop forever; use `await` instead")
+        return self.awaiting()
+
+    def awaiting(self) -> str | None:
+        """The problem with waiting (blocking or awaiting) on this call, if any."""
+        ctx = _current.get(None)
+        if ctx is not None and ctx.actor_instance.mesh_uid == self.uid and not getattr(
+            ctx, "concurrent", False
+        ):
+            rank = getattr(ctx, "global_rank", ctx.actor_instance.rank.rank)
+            if rank in self.route.ranks:
+                return (f"{self.label} calls the actor's own endpoint and blocks on the result: "
+                        "it would deadlock, since an actor handles one message at a time")
+        return None
 
 
 def _positional_range(sig: inspect.Signature | None) -> tuple[int, int] | None:
@@ -183,23 +195,19 @@ def _sender() -> str:
 class _Collector:
     """A reply port on the caller, failing when a member it waits on dies."""
 
-    def __init__(self, label: str) -> None:
+    def __init__(self, rt: Runtime, route: Route, label: str) -> None:
+        self.rt = rt
+        self.route = route
         self.label = label
-        self.port_id = 0
-        self.expected: set[int] = set()
-
-    def open(self, route: Route) -> tuple[str, int]:
-        rt = runtime()
-        self.expected = set(route.ranks)
+        self.expected: set[int] = set(route.ranks)
         self.port_id = rt.open_port(self._on_reply, route.targets)
-        rt.extra.setdefault("collectors", {})[self.port_id] = self
-        return (rt.address, self.port_id)
+        rt.collectors[self.port_id] = self
 
     def _on_reply(self, env: tuple[Any, ...], frame: list[memoryview]) -> None:
         _, _, rank, status = env
         try:
             value = decode(frame)
-        except Exception as exc:  # noqa: BLE001 - an unloadable reply is the caller's error
+        except Exception as exc:
             self.fail(RuntimeError(f"{self.label}: could not unpickle the reply: {exc!r}"))
             return
         if rank is not None:
@@ -213,9 +221,8 @@ class _Collector:
         return f"{self.label} on ranks {sorted(self.expected)}"
 
     def close(self) -> None:
-        rt = runtime()
-        rt.close_port(self.port_id)
-        rt.extra.get("collectors", {}).pop(self.port_id, None)
+        self.rt.close_port(self.port_id)
+        self.rt.collectors.pop(self.port_id, None)
 
     def value(self, rank: int | None, value: Any) -> None:
         raise NotImplementedError
@@ -229,9 +236,8 @@ class _Collector:
 
 
 class _Gather(_Collector):
-    def __init__(self, route: Route, label: str) -> None:
-        super().__init__(label)
-        self.route = route
+    def __init__(self, rt: Runtime, route: Route, label: str) -> None:
+        super().__init__(rt, route, label)
         self.values: dict[int, Any] = {}
         self.completion = Completion(self.pending_text)
 
@@ -257,9 +263,9 @@ class _One(_Gather):
 
 
 class _Stream(_Collector):
-    def __init__(self, n: int, label: str) -> None:
-        super().__init__(label)
-        self.slots = [Completion(self.pending_text) for _ in range(n)]
+    def __init__(self, rt: Runtime, route: Route, label: str) -> None:
+        super().__init__(rt, route, label)
+        self.slots = [Completion(self.pending_text) for _ in route.ranks]
         self.next = 0
 
     def _take(self) -> Completion | None:
@@ -296,7 +302,7 @@ def send(endpoint: Endpoint[Any], args: tuple[Any, ...], kwargs: dict[str, Any],
     if selection == "choose":
         route = mesh._member_route(random.randrange(len(mesh._shape)))
     target = (port._addr, port._port_id) if port is not None else None
-    endpoint._send(tuple(args), dict(kwargs), target, route)
+    endpoint._send(runtime(), tuple(args), dict(kwargs), target, route)
 
 
 class Accumulator(Generic[R, A]):
@@ -311,7 +317,7 @@ class Accumulator(Generic[R, A]):
         """A Future of the folded result."""
         futures = list(self._endpoint.stream(*args, **kwargs))
         result = Completion(f"accumulate over {self._endpoint._label}")
-        state = {"acc": self._identity, "left": len(futures)}
+        state: dict[str, Any] = {"acc": self._identity, "left": len(futures)}
         lock = threading.Lock()
 
         def fold(c: Completion) -> None:

@@ -24,6 +24,8 @@ class Future(Generic[R]):
     """
 
     __slots__ = ("_blocking_guard", "_completion")
+    _completion: Completion
+    _blocking_guard: Callable[[], str | None] | None
 
     def __init__(self, *_: Any, **__: Any) -> None:
         raise TypeError(
@@ -83,7 +85,7 @@ class Future(Generic[R]):
             if not self._completion.done():
                 raise
             return self._completion.exception()
-        except BaseException as exc:  # noqa: BLE001 - returned, not swallowed
+        except BaseException as exc:
             return exc
         return None
 
@@ -103,6 +105,11 @@ class Future(Generic[R]):
             asyncio.get_running_loop()
         except RuntimeError:
             raise ValueError("__await__ with no active event loop") from None
+        guard = self._blocking_guard
+        if guard is not None:
+            problem = guard.awaiting() if hasattr(guard, "awaiting") else None
+            if problem:
+                raise RuntimeError(problem)
         return (yield from c.as_asyncio().__await__())
 
     def __repr__(self) -> str:

@@ -6,16 +6,19 @@ import inspect
 import os
 import pickle
 import secrets
+import socket
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
+
+import cloudpickle
 
 from .. import config
 from .._mesh import MeshTrait, Shape
 from .._runtime import _messages as m
 from .._runtime._completion import Completion
 from .._runtime._pickling import dumps
-from ..errors import MeshStoppedError, SupervisionError
+from ..errors import SupervisionError
 from ._actor import Actor, EndpointProperty, NotAnEndpoint, endpoints_of, is_async_actor
 from ._bootstrap import runtime
 from ._context import _current
@@ -150,6 +153,7 @@ class ActorMesh(MeshTrait):
         """Stop every member (``__cleanup__`` runs); later calls raise ``SupervisionError``."""
         rt = runtime()
         _state(self._uid).stopped = reason
+        rt.troubles += 1
         ranks = self._shape_.ranks()
         done = Completion(f"mesh {self._uid} to stop")
         left = {"n": len(ranks)}
@@ -279,6 +283,7 @@ class ProcMesh(MeshTrait):
         if st.stopped:
             return completed(None)
         st.stopped = reason
+        rt.troubles += 1
         by_agent: dict[str, list[str]] = {}
         for g in self._shape_.ranks():
             by_agent.setdefault(self._host_agents[g], []).append(self._proc_addrs[g])
@@ -368,6 +373,34 @@ def _owner_record(uid: str, cls: type, shape: Shape, pm: ProcMesh) -> dict[str, 
             "proc_addrs": pm._proc_addrs, "owner_uid": _owner_uid()}
 
 
+def _proc_address(job: str, uid: str, rank: int) -> str:
+    """Where a new proc will listen, by the configured transport."""
+    transport = str(config.get("default_transport"))
+    if transport in ("unix", "ipc"):
+        return f"unix:@regency-{job}-{uid}-{rank}"
+    if transport == "tcp":
+        return f"tcp:127.0.0.1:{_free_port()}"
+    raise ValueError(f"unknown transport {transport!r}; use 'unix' or 'tcp'")
+
+
+def _pickled(fn: Callable[[], Any] | None) -> bytes | None:
+    """The bootstrap callable, pickled by value here (procs cannot import our __main__)."""
+    if fn is None:
+        return None
+    if not callable(fn):
+        raise TypeError(f"bootstrap must be a callable taking no arguments, got {fn!r}")
+    try:
+        return cloudpickle.dumps(fn)
+    except Exception as exc:
+        raise TypeError(f"bootstrap {fn!r} cannot be pickled: {exc}") from exc
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 class HostMesh(MeshTrait):
     """A mesh of machines; ``spawn_procs`` starts procs on each."""
 
@@ -424,19 +457,19 @@ class HostMesh(MeshTrait):
             agent = self._agents[hg]
             for i in range(n_local):
                 rank = h * n_local + i
-                addr = f"unix:@regency-{rt.job}-{uid}-{rank}"
+                addr = _proc_address(rt.job, uid, rank)
                 addrs.append(addr)
                 agents.append(agent)
                 requests.setdefault(agent, []).append(
                     {"addr": addr, "rank": rank, "label": f"{name} {dict(shape.point(rank))}"})
         st = _state(uid, len(addrs))
-        rt.extra.setdefault("proc_meshes", {})[uid] = {"state": st, "addrs": set(addrs),
-                                                       "owner_uid": _owner_uid(), "name": name,
-                                                       "shape": shape}
+        rt.extra.setdefault("proc_meshes", {})[uid] = {
+            "state": st, "addrs": set(addrs), "addr_list": addrs, "agents": agents,
+            "owner_uid": _owner_uid(), "name": name, "shape": shape}
         spec = {"job": rt.job, "secret": rt.secret, "root": rt.extra["root"], "mesh_uid": uid,
                 "mesh_name": name, "shape": shape, "proc_addrs": tuple(addrs),
                 "host_agents": tuple(agents),
-                "bootstrap": bootstrap, "config": config.get_runtime_config()}
+                "bootstrap": _pickled(bootstrap), "config": config.get_runtime_config()}
         for agent, procs in requests.items():
             rt.send_sys(agent, "spawn_procs", procs=procs, spec=spec, owner=rt.address,
                         mesh_uid=uid, env=dict(os.environ), cwd=os.getcwd(),

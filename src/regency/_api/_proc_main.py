@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
+import pickle
 import sys
 from typing import Any
 
@@ -31,7 +32,12 @@ def run_proc(spec: dict[str, Any]) -> int:
                     proc_rank=spec["rank"])
     _dispatch.install(rt)
     stop = asyncio.Event()
-    rt.sys_handlers["stop_proc"] = lambda msg: rt.loop.create_task(_stop(rt, stop))
+    tasks: set[asyncio.Task[None]] = set()
+
+    def on_stop(msg: dict[str, Any]) -> None:
+        tasks.add(rt.loop.create_task(_stop(rt, stop)))
+
+    rt.sys_handlers["stop_proc"] = on_stop
 
     def lost(addr: str, exc: BaseException | None) -> None:
         if addr == host_agent:
@@ -51,8 +57,8 @@ async def _serve(rt: Runtime, spec: dict[str, Any], stop: asyncio.Event) -> int:
 
 
 async def _bootstrap(spec: dict[str, Any]) -> str | None:
-    fn = spec.get("bootstrap")
-    if fn is None:
+    data = spec.get("bootstrap")
+    if data is None:
         return None
     shape: Shape = spec["shape"]
     point: Point = shape.point(spec["rank"])
@@ -60,10 +66,11 @@ async def _bootstrap(spec: dict[str, Any]) -> str | None:
                     rank=point, proc_id=spec["addr"])
     token = set_context(Context(inst, point))
     try:
+        fn = pickle.loads(data)
         result = fn()
         if inspect.isawaitable(result):
             await result
-    except BaseException as exc:  # noqa: BLE001 - reported as the proc's start failure
+    except BaseException as exc:
         import traceback
 
         traceback.print_exc()
@@ -80,5 +87,5 @@ async def _stop(rt: Runtime, stop: asyncio.Event) -> None:
     await _dispatch.stop_cells(rt, timeout)
     sys.stdout.flush()
     sys.stderr.flush()
-    rt.router.close()
+    await rt.router.aclose()
     stop.set()

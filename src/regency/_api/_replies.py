@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ActorError, SupervisionError
 from .._runtime import _messages as m
 from .._runtime._pickling import loads
+from ..errors import ActorError, SupervisionError
 
 
 def decode(frame: list[memoryview]) -> Any:

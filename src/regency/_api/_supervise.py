@@ -7,8 +7,8 @@ import logging
 import sys
 from typing import Any
 
-from ..errors import MeshFailure, SupervisionError
 from .._runtime._runtime import Runtime
+from ..errors import MeshFailure, SupervisionError
 from . import _failfast
 
 log = logging.getLogger("regency.supervision")
@@ -29,7 +29,7 @@ def deliver(rt: Runtime, owner_uid: str | None, failure: MeshFailure) -> None:
         return
     cell = rt.cells.get(owner_uid)
     behavior = getattr(cell, "behavior", None)
-    if behavior is None:
+    if cell is None or behavior is None:
         log.error("regency: owner %s of a failed mesh is gone:\n%s", owner_uid, failure.report())
         return
     cell.control(lambda: behavior.supervise(failure))
@@ -43,7 +43,7 @@ def _root(failure: MeshFailure) -> None:
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
         _failfast.fail_fast(_banner(failure), code or 1)
-    except BaseException as exc:  # noqa: BLE001 - the hook's own failure is fatal too
+    except BaseException as exc:
         _failfast.fail_fast(_banner(failure) + f"\n(unhandled_fault_hook raised {exc!r})", 1)
 
 
@@ -58,7 +58,7 @@ def _banner(failure: MeshFailure) -> str:
 
 def fail_collectors(rt: Runtime, addr: str, failure: MeshFailure | None, why: str) -> None:
     """Fail every pending call that waits on the proc at ``addr``."""
-    collectors: dict[int, Any] = rt.extra.get("collectors", {})
+    collectors: dict[int, Any] = rt.collectors
     for port_id, targets in list(rt.port_targets.items()):
         if addr in targets:
             collector = collectors.get(port_id)

@@ -115,6 +115,8 @@ class HostAgent:
                     self.by_pid[rec.pid] = rec
             elif msg[0] == "exited":
                 self._on_exit(msg[1], msg[2])
+            elif msg[0] == "failed":
+                log.error("regency: the fork server refused a request: %s", msg[2])
 
     def _zygote_lost(self) -> None:
         if self._sock is not None:
@@ -143,7 +145,7 @@ class HostAgent:
         try:
             assert self._sock is not None
             socket.send_fds(self._sock, [pickle.dumps(msg)], [out_w, err_w])
-        except OSError as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure is reported to the owner
             for fd in (out_r, out_w, err_r, err_w):
                 os.close(fd)
             self._notify_owner(rec, f"could not be spawned: {exc}", expected=False)

@@ -43,14 +43,15 @@ class _OutOfBand:
         return _restore, (pickle.PickleBuffer(self.data), kind is bytes)
 
 
-def _restore(buf: Any, as_bytes: bool) -> bytes | bytearray | memoryview:
+def _restore(buf: Any, as_bytes: bool) -> bytes | bytearray:
     view = memoryview(buf)
     if as_bytes:
         # A bytes object cannot wrap foreign memory: one copy on the receiving side.
         return view.tobytes()
-    if isinstance(buf, bytearray):
-        return buf
-    return bytearray(view) if view.readonly else view
+    owner = view.obj
+    if isinstance(owner, bytearray) and len(owner) == view.nbytes:
+        return owner  # the receive buffer itself: no copy
+    return bytearray(view)
 
 
 def _wrap(value: Any) -> Any:
@@ -74,7 +75,21 @@ def _wrap_shallow(obj: Any) -> Any:
 
 def dumps(obj: Any) -> tuple[bytes, Buffers]:
     """Pickle ``obj``; returns the in-band pickle and the out-of-band buffers."""
-    obj = _wrap_shallow(obj)
+    return _dumps(_wrap_shallow(obj))
+
+
+def dumps_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[bytes, Buffers]:
+    """Pickle endpoint arguments; large bytes among them travel out-of-band."""
+    if any(_is_large_bytes(v) for v in args) or any(_is_large_bytes(v) for v in kwargs.values()):
+        return _dumps((_wrap_shallow(args), _wrap_shallow(kwargs)))
+    return _dumps((args, kwargs))
+
+
+def _is_large_bytes(value: Any) -> bool:
+    return isinstance(value, (bytes, bytearray)) and len(value) >= OOB_THRESHOLD
+
+
+def _dumps(obj: Any) -> tuple[bytes, Buffers]:
     buffers: Buffers = []
 
     def callback(buf: pickle.PickleBuffer) -> bool:
@@ -114,6 +129,6 @@ def describe_unpicklable(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
 def _why_unpicklable(value: Any) -> str | None:
     try:
         cloudpickle.dumps(value, protocol=5, buffer_callback=lambda b: False)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         return f"{type(exc).__name__}: {exc}"
     return None

@@ -26,6 +26,7 @@ from typing import Any
 from .. import config
 from .._transport import Address, Connection, Listener, connect
 from ..errors import AuthenticationError
+from ._bufpool import POOL
 
 log = logging.getLogger("regency.router")
 VERSION = "regency-0.1"
@@ -65,6 +66,7 @@ class Router:
         self._on_peer_lost = on_peer_lost
         self._on_undeliverable = on_undeliverable
         self._listener = Listener(secret, VERSION, self._accepted)
+        self._tasks: set[asyncio.Task[None]] = set()
         self.closing = False
 
     async def listen(self, address: str) -> str:
@@ -115,7 +117,9 @@ class Router:
 
     def _start_connect(self, peer: Peer) -> None:
         assert self.loop is not None
-        self.loop.create_task(self._connect(peer))
+        task = self.loop.create_task(self._connect(peer))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _connect(self, peer: Peer) -> None:
         loop = asyncio.get_running_loop()
@@ -133,6 +137,10 @@ class Router:
                 delay = min(delay * 2, 0.02)
             except (OSError, AuthenticationError, asyncio.TimeoutError) as exc:
                 log.warning("regency: cannot connect to %s: %s", peer.addr, exc)
+                self._mark_dead(peer, exc)
+                return
+            except Exception as exc:  # a bug must not leave the peer's queue waiting forever
+                log.exception("regency: internal error connecting to %s", peer.addr)
                 self._mark_dead(peer, exc)
                 return
         conn = self._connection(sock, None, peer.addr, rest)
@@ -157,7 +165,7 @@ class Router:
                     rest: bytes) -> Connection:
         assert self.loop is not None
         conn = Connection(sock, self.loop, self._frame, self._closed, peer_identity=identity,
-                          label=label, leftover=rest)
+                          label=label, leftover=rest, allocate=POOL.allocate)
         self.connections.add(conn)
         return conn
 
@@ -194,8 +202,17 @@ class Router:
         """Close the listening socket and every connection (loop thread)."""
         self.closing = True
         self._listener.close()
+        for task in list(self._tasks):
+            task.cancel()
         for conn in list(self.connections):
             conn.close()
+
+    async def aclose(self) -> None:
+        """``close()``, then wait for the cancelled connection attempts to finish."""
+        self.close()
+        tasks = list(self._tasks) + self._listener.tasks()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def canonical(address: str) -> str:

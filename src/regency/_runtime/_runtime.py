@@ -39,6 +39,8 @@ SysHandler = Callable[[dict[str, Any]], None]
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
     """A uvloop loop where available, else asyncio's default."""
+    if os.environ.get("REGENCY_LOOP") == "asyncio":
+        return asyncio.new_event_loop()
     try:
         import uvloop
 
@@ -67,6 +69,8 @@ class Runtime:
         self.sys_handlers: dict[str, SysHandler] = {}
         self.peer_lost_hooks: list[Callable[[str, BaseException | None], None]] = []
         self.dead_addrs: dict[str, str] = {}  # addr -> why it is dead
+        self.troubles = 0  # bumped on any death, failure or stop: callers check only then
+        self.collectors: dict[int, Any] = {}  # port -> pending call collector
         self._port_ids = itertools.count(1)
         self.stopping = False
         self.extra: dict[str, Any] = {}  # per-role state of the layers above
@@ -189,6 +193,7 @@ class Runtime:
     # -- failures of peers ----------------------------------------------------------------------
     def _on_peer_lost(self, addr: str, exc: BaseException | None) -> None:
         self.dead_addrs.setdefault(addr, f"connection lost: {exc}")
+        self.troubles += 1
         for hook in list(self.peer_lost_hooks):
             hook(addr, exc)
 
@@ -201,6 +206,7 @@ class Runtime:
     def mark_dead(self, addr: str, why: str) -> None:
         """Record that the runtime at ``addr`` is gone (e.g. its proc exited)."""
         self.dead_addrs[addr] = why
+        self.troubles += 1
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self, address: str) -> str:

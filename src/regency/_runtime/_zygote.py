@@ -123,13 +123,13 @@ def serve(sock: socket.socket) -> None:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     while True:
         try:
-            ready, _, _ = select.select([sock, rfd], [], [])
+            ready, _, _ = select.select([sock.fileno(), rfd], [], [])
         except InterruptedError:
             continue
         if rfd in ready:
             os.read(rfd, 4096)
             _reap(sock)
-        if sock not in ready:
+        if sock.fileno() not in ready:
             continue
         try:
             msg, fds, _, _ = socket.recv_fds(sock, 1 << 22, 4)
@@ -137,7 +137,13 @@ def serve(sock: socket.socket) -> None:
             _exit_all()
         if not msg:
             _exit_all()
-        req = pickle.loads(msg)
+        try:
+            req = pickle.loads(msg)
+        except Exception as exc:  # a bad request must not take the fork server down
+            for fd in fds:
+                os.close(fd)
+            _reply(sock, "failed", None, f"bad spawn request: {exc!r}")
+            continue
         pid = os.fork()
         if pid == 0:
             _child(sock, (rfd, wfd), req, fds)
@@ -153,6 +159,9 @@ def main() -> None:
     set_parent_death_signal()
     os.setpgid(0, 0)  # the terminal's Ctrl-C goes to the controller only
     sock = socket.socket(fileno=int(sys.argv[1]))
+    from ._malloc import reuse_freed_memory
+
+    reuse_freed_memory()  # inherited by every proc forked from here
     _preload()
     serve(sock)
 

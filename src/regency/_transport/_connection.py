@@ -51,12 +51,13 @@ class Connection:
         peer_identity: str | None = None,
         label: str = "?",
         leftover: bytes = b"",
+        allocate: Callable[[int], bytearray] = bytearray,
     ) -> None:
         self.sock = sock
         self.loop = loop
         self._on_frame = on_frame
         self._on_close = on_close
-        self._decoder = FrameDecoder()
+        self._decoder = FrameDecoder(allocate=allocate)
         self._wlock = threading.Lock()
         self._pending: collections.deque[memoryview] = collections.deque()
         self._writer_armed = False
@@ -104,7 +105,7 @@ class Connection:
                 self._fail(exc)
                 return
             self._drain()
-            if self.closed or n < len(view):
+            if self.closed:
                 break
 
     def _drain(self) -> None:
@@ -190,7 +191,7 @@ class Connection:
         try:
             self.loop.remove_reader(self._fd)
             self.loop.remove_writer(self._fd)
-        except Exception:  # noqa: BLE001 - the loop may be closing
+        except Exception:
             pass
         self.sock.close()
         self._on_close(self, self.error or exc)
@@ -202,13 +203,10 @@ def _views(parts: Sequence[Any]) -> list[memoryview]:
 
 def _skip(parts: Sequence[Any], sent: int) -> list[memoryview]:
     """The parts of ``parts`` not covered by the first ``sent`` bytes, as views (no copies)."""
-    rest: list[memoryview] = []
-    for part in parts:
-        view = part if isinstance(part, memoryview) else memoryview(part)
-        n = view.nbytes
-        if sent >= n:
-            sent -= n
-            continue
-        rest.append(view[sent:] if sent else view)
-        sent = 0
-    return rest
+    for i, part in enumerate(parts):
+        n = len(part) if type(part) is bytes else part.nbytes
+        if sent < n:
+            head = memoryview(part)[sent:] if sent else memoryview(part)
+            return [head, *_views(parts[i + 1:])]
+        sent -= n
+    return []

@@ -86,6 +86,7 @@ class Listener:
         self.sock: socket.socket | None = None
         self.address = ""
         self._task: asyncio.Task[None] | None = None
+        self._pending: set[asyncio.Task[None]] = set()
 
     async def start(self, address: str) -> str:
         """Bind and start accepting; returns the bound address."""
@@ -114,7 +115,9 @@ class Listener:
             conn.setblocking(False)
             if conn.family != socket.AF_UNIX:
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            loop.create_task(self._authenticate(conn))
+            task = loop.create_task(self._authenticate(conn))
+            self._pending.add(task)
+            task.add_done_callback(self._pending.discard)
 
     async def _authenticate(self, conn: socket.socket) -> None:
         hs = ServerHandshake(self.secret, self.version)
@@ -126,15 +129,23 @@ class Listener:
             return
         self.on_accepted(conn, hs.peer_identity or "?", rest)
 
+    def tasks(self) -> list[asyncio.Task[None]]:
+        """The accept loop and the handshakes in progress."""
+        return [t for t in (self._task, *self._pending) if t is not None]
+
     def close(self) -> None:
         """Stop accepting."""
+        for task in self._pending:
+            task.cancel()
         if self._task is not None:
             self._task.cancel()
         if self.sock is not None:
             self.sock.close()
 
 
-async def connect(address: str, secret: bytes, version: str, identity: str) -> tuple[socket.socket, bytes]:
+async def connect(
+    address: str, secret: bytes, version: str, identity: str
+) -> tuple[socket.socket, bytes]:
     """Connect and authenticate; returns the socket and any bytes that followed the handshake."""
     loop = asyncio.get_running_loop()
     addr = Address.parse(address)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import struct
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pickle import PickleBuffer
 from typing import TypeAlias
 
@@ -129,6 +129,7 @@ class FrameDecoder:
     """
 
     __slots__ = (
+        "_allocate",
         "_dest",
         "_dest_pos",
         "_end",
@@ -154,6 +155,7 @@ class FrameDecoder:
         max_buffers: int = 4096,
         max_frame_bytes: int = 1 << 40,
         max_header_bytes: int = 1 << 32,
+        allocate: Callable[[int], bytearray] = bytearray,
     ) -> None:
         if not 1 <= max_buffers <= _MAX_NBUFS:
             raise ValueError(f"max_buffers must be in 1..{_MAX_NBUFS}, not {max_buffers}")
@@ -162,6 +164,7 @@ class FrameDecoder:
         self._max_buffers = max_buffers
         self._max_frame_bytes = max_frame_bytes
         self._max_header_bytes = max_header_bytes
+        self._allocate = allocate  # for large buffers: lets the caller reuse memory
         self._scratch = bytearray(SCRATCH_BYTES)
         self._scratch_view = memoryview(self._scratch)
         self._start = 0  # first unparsed byte in the scratch
@@ -368,7 +371,7 @@ class FrameDecoder:
     def _start_large(self, size: int, start: int, end: int) -> None:
         """Allocate the destination of a large buffer and move its first bytes there."""
         try:
-            dest = memoryview(bytearray(size))
+            dest = memoryview(self._allocate(size))
         except MemoryError:
             raise ProtocolError(
                 f"cannot allocate a {size}-byte frame buffer (out of memory)"

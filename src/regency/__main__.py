@@ -1,0 +1,7 @@
+"""``python -m regency``: the command line."""
+
+import sys
+
+from ._cli.main import main
+
+sys.exit(main())

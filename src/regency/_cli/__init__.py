@@ -1,0 +1,1 @@
+"""The ``regency`` command line."""

@@ -1,0 +1,56 @@
+"""``regency``: the command line. Subcommands: ``version``, ``doctor``."""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+
+
+def _version(args: argparse.Namespace) -> int:
+    from .. import __version__
+
+    print(f"regency {__version__} (Python {platform.python_version()})")
+    return 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    """Check that this machine can run regency: spawn a proc, call it, stop it."""
+    import time
+
+    from ..actor import Actor, endpoint, this_host
+
+    class _Probe(Actor):
+        @endpoint
+        def ping(self) -> str:
+            return "pong"
+
+    start = time.perf_counter()
+    procs = this_host().spawn_procs(per_host={"procs": 1})
+    probe = procs.spawn("doctor", _Probe)
+    answer = probe.ping.call_one().get(timeout=30)
+    procs.stop().get(timeout=30)
+    took = time.perf_counter() - start
+    print(f"spawned a proc, called it ({answer}) and stopped it in {took:.2f}s: OK")
+    try:
+        import uvloop  # noqa: F401
+
+        print("event loop: uvloop")
+    except ImportError:
+        print("event loop: asyncio (install uvloop for lower latency)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``regency`` command."""
+    parser = argparse.ArgumentParser(prog="regency", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("version", help="print the version").set_defaults(run=_version)
+    sub.add_parser("doctor", help="check that procs can be spawned and called").set_defaults(
+        run=_doctor)
+    args = parser.parse_args(argv)
+    return int(args.run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""Procs come from the fork server (the zygote), not from the controller directly."""
+
+from __future__ import annotations
+
+import os
+
+import psutil
+from _actors import Counter
+
+from regency.actor import this_host
+
+T = 30
+
+
+def test_procs_are_children_of_the_fork_server() -> None:
+    procs = this_host().spawn_procs(per_host={"gpus": 2}, name="forked")
+    try:
+        whos = list(procs.spawn("who", Counter).whoami.call().get(timeout=T).values())
+        parents = {w["ppid"] for w in whos}
+        assert os.getpid() not in parents
+        assert len(parents) == 1
+        zygote = psutil.Process(parents.pop())
+        assert zygote.ppid() == os.getpid()  # the zygote is our child
+        assert "regency._runtime._zygote" in " ".join(zygote.cmdline())
+    finally:
+        procs.stop().get(timeout=T)
+
+
+def test_spawning_eight_procs_works() -> None:
+    procs = this_host().spawn_procs(per_host={"procs": 8}, name="eight")
+    try:
+        assert procs.initialized.get(timeout=T) is True
+        mesh = procs.spawn("eight", Counter, 0)
+        pids = list(mesh.pid.call().get(timeout=T).values())
+        assert len(set(pids)) == 8
+        assert list(mesh.incr.call().get(timeout=T).values()) == [1] * 8
+    finally:
+        procs.stop().get(timeout=T)
+    _gone, alive = psutil.wait_procs([psutil.Process(p) for p in pids if psutil.pid_exists(p)],
+                                     timeout=5)
+    assert not alive
+
+
+def test_procs_see_the_controllers_current_environment_and_cwd(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("REGENCY_TEST_LATE_VAR", "set-after-start")
+    monkeypatch.chdir(tmp_path)
+    procs = this_host().spawn_procs(per_host={"gpus": 1}, name="env")
+    try:
+        from _actors import EnvProbe
+
+        probe = procs.spawn("probe", EnvProbe).slice(gpus=0)
+        env, cwd = probe.probe.call_one("REGENCY_TEST_LATE_VAR").get(timeout=T)
+        assert env == "set-after-start"
+        assert os.path.realpath(cwd) == os.path.realpath(tmp_path)
+    finally:
+        procs.stop().get(timeout=T)

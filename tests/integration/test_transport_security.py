@@ -1,0 +1,161 @@
+"""Connections are authenticated before any payload byte is read; hostile input is contained.
+
+These run two real routers on real sockets (unix and tcp) in one event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import pickle
+import socket
+import struct
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from regency._runtime._router import Router
+from regency._wire import new_secret
+
+pytestmark = pytest.mark.timeout(30)
+
+
+class Endpoint:
+    """A router plus what it received."""
+
+    def __init__(self, secret: bytes) -> None:
+        self.frames: list[list[bytes]] = []
+        self.lost: list[str] = []
+        self.undeliverable: list[str] = []
+        self.router = Router(secret, self._frame, self._lost, self._undeliverable)
+
+    def _frame(self, frame: list[memoryview]) -> None:
+        self.frames.append([bytes(b) for b in frame])
+
+    def _lost(self, addr: str, exc: BaseException | None) -> None:
+        self.lost.append(addr)
+
+    def _undeliverable(self, addr: str, frame: Any, exc: BaseException) -> None:
+        self.undeliverable.append(addr)
+
+
+async def until(predicate: Any, timeout: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.001)
+
+
+@pytest.fixture(params=["unix:@regency-test-{n}", "tcp:127.0.0.1:0"])
+def address(request: pytest.FixtureRequest) -> Iterator[str]:
+    yield request.param.format(n=id(request))
+
+
+def test_frames_flow_both_ways_and_in_order(address: str) -> None:
+    async def main() -> None:
+        secret = new_secret()
+        a, b = Endpoint(secret), Endpoint(secret)
+        addr_b = await b.router.listen(address)
+        addr_a = await a.router.listen(address + "-a" if "unix" in address else address)
+        for i in range(200):
+            a.router.send(addr_b, [pickle.dumps(i), b"x" * (i % 7)])
+        big = bytes(range(256)) * 40_000  # 10 MB: several partial writes
+        a.router.send(addr_b, [b"big", big])
+        await until(lambda: len(b.frames) == 201)
+        assert [pickle.loads(f[0]) for f in b.frames[:200]] == list(range(200))
+        assert b.frames[200][1] == big
+        b.router.send(addr_a, [b"back"])  # reuses the accepted connection
+        await until(lambda: a.frames == [[b"back"]])
+        a.router.close()
+        b.router.close()
+
+    asyncio.run(main())
+
+
+def test_wrong_secret_is_refused_and_the_server_keeps_serving(
+    address: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def main() -> None:
+        server = Endpoint(new_secret())
+        addr = await server.router.listen(address)
+        intruder = Endpoint(new_secret())
+        await intruder.router.listen("tcp:127.0.0.1:0")
+        intruder.router.send(addr, [b"payload that must never be read"])
+        await until(lambda: intruder.undeliverable == [addr])
+        assert server.frames == []
+        friend = Endpoint(server.router.secret)
+        await friend.router.listen("tcp:127.0.0.1:0")
+        friend.router.send(addr, [b"hello"])
+        await until(lambda: server.frames == [[b"hello"]])
+        for e in (server, intruder, friend):
+            e.router.close()
+
+    with caplog.at_level(logging.WARNING, logger="regency"):
+        asyncio.run(main())
+    assert any("authentication failed" in r.getMessage() for r in caplog.records)
+
+
+def _raw_connect(addr: str) -> socket.socket:
+    if addr.startswith("unix:@"):
+        s = socket.socket(socket.AF_UNIX)
+        s.connect("\0" + addr[len("unix:@"):])
+    else:
+        host, port = addr[len("tcp:"):].rsplit(":", 1)
+        s = socket.create_connection((host, int(port)))
+    return s
+
+
+@pytest.mark.parametrize("garbage", [
+    b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"\x00" * 64,
+    b"RG" + b"\xff" * 5000,
+    pickle.dumps(["evil"]) * 10,
+])
+def test_garbage_before_authentication_is_dropped(address: str, garbage: bytes) -> None:
+    async def main() -> None:
+        server = Endpoint(new_secret())
+        addr = await server.router.listen(address)
+        loop = asyncio.get_running_loop()
+        s = await loop.run_in_executor(None, _raw_connect, addr)
+        s.setblocking(False)
+        await loop.sock_sendall(s, garbage)
+        data = b"?"
+        try:
+            while data:  # the server closes the connection on us
+                data = await asyncio.wait_for(loop.sock_recv(s, 4096), 5)
+        except ConnectionResetError:
+            pass
+        s.close()
+        assert server.frames == []
+        server.router.close()
+
+    asyncio.run(main())
+
+
+def test_corrupt_frame_after_authentication_closes_only_that_connection(
+    address: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def main() -> None:
+        secret = new_secret()
+        server, client = Endpoint(secret), Endpoint(secret)
+        addr = await server.router.listen(address)
+        await client.router.listen("tcp:127.0.0.1:0")
+        client.router.send(addr, [b"ok"])
+        await until(lambda: server.frames == [[b"ok"]])
+        conn = client.router.peers[addr].conn
+        assert conn is not None
+        conn.sock.send(b"XX" + struct.pack("!BxI", 1, 1) + b"\0" * 8)  # bad magic
+        await until(lambda: addr in client.lost)
+        again = Endpoint(secret)
+        await again.router.listen("tcp:127.0.0.1:0")
+        again.router.send(addr, [b"still serving"])
+        await until(lambda: [b"still serving"] in server.frames)
+        for e in (server, client, again):
+            e.router.close()
+
+    with caplog.at_level(logging.WARNING, logger="regency"):
+        asyncio.run(main())
+    assert any("closing connection" in r.getMessage() for r in caplog.records)

@@ -1,0 +1,103 @@
+"""Completion (thread-safe result cell) and Future semantics."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from regency._api._future import Future, completed, failed
+from regency._runtime._completion import Completion
+
+
+def test_future_cannot_be_constructed_directly() -> None:
+    with pytest.raises(TypeError, match="cannot be constructed directly"):
+        Future()
+
+
+def test_timeout_does_not_consume_the_result() -> None:
+    c = Completion("the answer")
+    fut: Future[int] = Future._from(c)
+    with pytest.raises(TimeoutError, match="still waiting for the answer"):
+        fut.get(timeout=0.01)
+    c.set_result(42)
+    assert fut.get() == 42
+    assert fut.get(timeout=0) == 42
+    assert fut.result() == 42
+    assert fut.exception() is None
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf")])
+def test_bad_timeouts_are_rejected(bad: float) -> None:
+    fut: Future[int] = Future._from(Completion())
+    with pytest.raises(ValueError, match="timeout"):
+        fut.get(timeout=bad)
+
+
+def test_exception_is_raised_each_time_and_returned_by_exception() -> None:
+    fut = failed(KeyError("k"))
+    for _ in range(2):
+        with pytest.raises(KeyError):
+            fut.get()
+    assert isinstance(fut.exception(), KeyError)
+
+
+def test_set_twice_keeps_the_first() -> None:
+    c = Completion()
+    assert c.set_result(1)
+    assert not c.set_result(2)
+    assert not c.set_exception(RuntimeError())
+    assert c.outcome() == 1
+
+
+def test_completed_from_another_thread_wakes_a_waiter() -> None:
+    c = Completion()
+    t = threading.Timer(0.01, c.set_result, ("late",))
+    t.start()
+    assert Future._from(c).get(timeout=5) == "late"
+    t.join()
+
+
+def test_await_from_asyncio_run_and_twice() -> None:
+    c = Completion()
+
+    async def main() -> tuple[int, int]:
+        fut: Future[int] = Future._from(c)
+        threading.Timer(0.01, c.set_result, (7,)).start()
+        return await fut, await fut
+
+    assert asyncio.run(main()) == (7, 7)
+
+
+def test_await_without_a_loop_is_an_error() -> None:
+    fut: Future[int] = Future._from(Completion())
+    with pytest.raises(ValueError, match="no active event loop"):
+        fut.__await__().send(None)
+
+
+def test_as_asyncio_for_gather() -> None:
+    async def main() -> list[int]:
+        return await asyncio.gather(completed(1).as_asyncio(), completed(2).as_asyncio())
+
+    assert asyncio.run(main()) == [1, 2]
+
+
+def test_get_inside_a_running_loop_warns() -> None:
+    async def main() -> int:
+        with pytest.warns(UserWarning, match="running event loop"):
+            fut: Future[int] = Future._from(Completion())
+            c = fut._completion
+            threading.Timer(0.01, c.set_result, (3,)).start()
+            return fut.get(timeout=5)
+
+    assert asyncio.run(main()) == 3
+
+
+def test_callbacks_run_once_whatever_the_order() -> None:
+    seen: list[int] = []
+    c = Completion()
+    c.add_done_callback(lambda _: seen.append(1))
+    c.set_result(None)
+    c.add_done_callback(lambda _: seen.append(2))
+    assert seen == [1, 2]

@@ -1,0 +1,77 @@
+"""Payload serialisation: out-of-band buffers, __main__ fallback, error descriptions."""
+
+from __future__ import annotations
+
+import pickle
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from regency._runtime._pickling import OOB_THRESHOLD, describe_unpicklable, dumps, loads
+
+
+def roundtrip(obj: object) -> object:
+    data, buffers = dumps(obj)
+    return loads(data, [b.raw() for b in buffers])
+
+
+def test_large_numpy_array_goes_out_of_band_without_copy() -> None:
+    a = np.arange(1 << 18, dtype=np.float64)  # 2 MiB
+    data, buffers = dumps((a,))
+    assert len(data) < 1024
+    assert len(buffers) == 1
+    assert np.shares_memory(np.frombuffer(buffers[0].raw(), dtype=np.float64), a)
+    (b,) = loads(data, [bb.raw() for bb in buffers])
+    assert (a == b).all()
+
+
+def test_small_arrays_stay_in_band() -> None:
+    data, buffers = dumps(np.zeros(16))
+    assert buffers == []
+    assert (loads(data) == np.zeros(16)).all()
+
+
+@pytest.mark.parametrize("kind", [bytes, bytearray])
+def test_large_bytes_at_top_level_and_one_level_down_go_out_of_band(kind: type) -> None:
+    payload = kind(b"x" * (OOB_THRESHOLD + 1))
+    for obj in (payload, (payload, 1), [payload], {"k": payload}):
+        data, buffers = dumps(obj)
+        assert len(buffers) == 1, obj.__class__
+        back = loads(data, [b.raw() for b in buffers])
+        inner = back if isinstance(back, (bytes, bytearray)) else (
+            back["k"] if isinstance(back, dict) else back[0])
+        assert type(inner) is kind and inner == payload
+
+
+def test_functions_from_main_are_pickled_by_value() -> None:
+    ns: dict[str, object] = {"__name__": "__main__"}
+    exec("def f(x):\n    return x + 1\n", ns)
+    data, _ = dumps(ns["f"])
+    assert b"__main__" in data or len(data) > 50
+    f = pickle.loads(data)
+    assert f(1) == 2
+
+
+def test_lambdas_work() -> None:
+    assert roundtrip(lambda x: x * 3)(2) == 6  # type: ignore[operator]
+
+
+def test_describe_unpicklable_names_the_argument() -> None:
+    lock = threading.Lock()
+    assert "positional argument 1" in describe_unpicklable((1, lock), {})
+    assert "keyword argument 'guard'" in describe_unpicklable((), {"guard": lock})
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
+    | st.binary(max_size=64),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=4),
+                                                                      children, max_size=4),
+    max_leaves=20,
+))
+def test_roundtrip_of_plain_data(obj: object) -> None:
+    assert roundtrip(obj) == obj
