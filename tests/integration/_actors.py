@@ -582,6 +582,11 @@ class Payload(Actor):
         return hashlib.sha256(memoryview(x).cast("B")).hexdigest()
 
     @endpoint
+    def relay(self, other: Any, x: Any) -> Any:
+        """Send ``x`` on to another actor (proc to proc) and return what it echoed."""
+        return other.echo.call_one(x).get(timeout=30)
+
+    @endpoint
     def make_bytes(self, n: int) -> bytes:
         return bytes(range(256)) * (n // 256)
 
@@ -648,3 +653,21 @@ class BadInit(Actor):
     @endpoint
     def ok(self) -> str:
         return "ok"
+
+
+class Weights(Actor):
+    """A parameter-server style actor that returns its state and updates it in place."""
+
+    def __init__(self, n: int) -> None:
+        import numpy as np
+
+        self.w = np.zeros(n, dtype=np.int64)
+
+    @endpoint
+    def snapshot(self) -> Any:
+        return self.w
+
+    @endpoint
+    def bump(self) -> int:
+        self.w += 1
+        return int(self.w[0])

@@ -4,6 +4,7 @@ __init__ before messages, one message at a time, actors calling actors."""
 from __future__ import annotations
 
 import pytest
+
 from _actors import (
     AsyncCaller,
     AsyncCounter,
@@ -16,7 +17,6 @@ from _actors import (
     SlowInit,
     SyncCaller,
 )
-
 from regency.actor import Channel, as_endpoint, this_host, this_proc
 
 T = 20
@@ -217,3 +217,10 @@ def test_actor_class_defined_inside_a_function(procs) -> None:
 
     mesh = procs.spawn("local_class", Local, 1)
     assert list(mesh.compute.call(2).get(timeout=T).values()) == [15, 15]
+
+
+def test_async_actor_in_controller_process_awaits_remote_actor(counters) -> None:
+    local = this_proc().spawn("local_async_caller", AsyncCaller)
+    assert local.call_value.call_one(counters).get(timeout=T) == list(
+        counters.value.call().get(timeout=T).values())
+    local.stop().get(timeout=T)

@@ -7,8 +7,8 @@ import os
 import threading
 
 import pytest
-from _actors import AsyncCounter, Concurrent, Counter, PassAround, Registry
 
+from _actors import Concurrent, Counter, PassAround, Registry
 from regency.actor import (
     Accumulator,
     Channel,
@@ -183,7 +183,7 @@ def test_get_from_many_threads(counters) -> None:
         try:
             for _ in range(10):
                 results.append(counters.slice(hosts=i % 2, gpus=0).echo.call_one(i).get(timeout=T))
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 
 import pytest
-from _actors import AsyncCounter, Counter
 
+from _actors import AsyncCounter, Counter
 from regency.actor import context, current_actor_name, current_rank, current_size, this_host
 
 T = 20

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+
 from _actors import (
     AsyncCounter,
     Colliding,
@@ -14,7 +15,6 @@ from _actors import (
     Mixed,
     Unpicklable,
 )
-
 from regency.actor import ActorError, concurrent_endpoint, endpoint, this_host
 
 T = 20
@@ -153,7 +153,7 @@ def test_concurrent_endpoint_on_sync_method_is_rejected() -> None:
     with pytest.raises(ValueError):
 
         @concurrent_endpoint
-        def f(self):  # noqa: ANN001, ANN202
+        def f(self):
             return 1
 
 
@@ -165,7 +165,7 @@ def test_endpoint_decorator_forms() -> None:
             return 1
 
         @endpoint(explicit_response_port=True)
-        def b(self, port) -> None:  # noqa: ANN001
+        def b(self, port) -> None:
             port.send(1)
 
     assert A is not None
@@ -193,7 +193,6 @@ def test_exception_in_broadcast_fails_the_actor(procs, unhandled_failures) -> No
 
 def test_init_failure_makes_calls_fail_and_is_reported(procs, unhandled_failures) -> None:
     from _actors import BadInit
-
     from regency.actor import SupervisionError
 
     mesh = procs.spawn("bad_init", BadInit, 1)
@@ -211,7 +210,6 @@ def test_pending_call_fails_promptly_when_the_proc_dies(unhandled_failures) -> N
     import signal
 
     from _actors import Concurrent
-
     from regency.actor import SupervisionError
 
     procs = this_host().spawn_procs(per_host={"gpus": 2}, name="doomed")

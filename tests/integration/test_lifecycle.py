@@ -6,6 +6,7 @@ import asyncio
 import os
 
 import pytest
+
 from _actors import (
     AsyncCleanup,
     Cleanup,
@@ -15,13 +16,11 @@ from _actors import (
     NoArgs,
     NotAnActor,
 )
-
 from regency.actor import (
     Channel,
     HostMesh,
     ProcMesh,
     SupervisionError,
-    shutdown_context,
     this_host,
     this_proc,
 )
@@ -284,3 +283,85 @@ def test_odd_mesh_names_work(name) -> None:
         assert procs.spawn(name, Counter, 1).incr.call().get(timeout=T).get(0) == 2
     finally:
         procs.stop().get(timeout=T)
+
+
+def test_host_mesh_of_a_proc_spawns_procs(procs2) -> None:
+    host = procs2.slice(gpus=1).host_mesh
+    assert isinstance(host, HostMesh) and len(host) == 1
+    more = host.spawn_procs(per_host={"extra": 2})
+    try:
+        assert list(more.spawn("extra", Counter, 1).incr.call().get(timeout=T).values()) == [2, 2]
+    finally:
+        more.stop().get(timeout=T)
+    with pytest.raises(NotImplementedError):
+        procs2.host_mesh  # noqa: B018 - more than one proc
+
+
+def test_actor_mesh_stop_drains_messages_sent_before_it(procs2) -> None:
+    mesh = procs2.spawn("drain", Counter, 0)
+    futures = [mesh.incr.call() for _ in range(20)]
+    stopped = mesh.stop()
+    assert [list(f.get(timeout=T).values()) for f in futures] == [[i, i] for i in range(1, 21)]
+    stopped.get(timeout=T)
+
+
+def test_proc_mesh_stop_drains_messages_sent_before_it() -> None:
+    port, recv = Channel.open()
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    mesh = procs.spawn("drain_procs", Cleanup, port)
+    futures = [mesh.ping.call() for _ in range(20)]
+    procs.stop().get(timeout=T)
+    assert all(list(f.get(timeout=T).values()) == [0] for f in futures)
+    assert recv.recv().get(timeout=T) == ("cleanup", 0, "None", 20)
+
+
+def test_a_proc_that_already_answered_does_not_fail_the_call_when_it_exits() -> None:
+    """A call to two ranks: rank 0 answers, then its proc stops (gracefully); rank 1
+    answers later. The call must succeed: rank 0's exit no longer matters to it.
+    (With a whole-mesh stop() the procs exit one after the other, so this is what happens to
+    calls still in flight when a proc mesh is stopped.)"""
+    from _actors import Concurrent
+
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    pids = list(procs.spawn("gate_pids", Counter).pid.call().get(timeout=T).values())
+    try:
+        mesh = procs.spawn("gate", Concurrent)
+        mesh.slice(gpus=0).release.call_one().get(timeout=T)
+        fut = mesh.wait_for_release.call("x")  # rank 0 answers at once, rank 1 waits
+        # per-sender FIFO: once this returns, rank 0's answer to the call is in
+        assert "end x" in mesh.slice(gpus=0).get_log.call_one().get(timeout=T)
+        procs.slice(gpus=0).stop().get(timeout=T)
+        mesh.slice(gpus=1).release.call_one().get(timeout=T)
+        assert list(fut.get(timeout=T).values()) == ["released x", "released x"]
+    finally:
+        procs.stop().get(timeout=T)
+        _kill_if_alive(pids)  # see test_stop_of_a_proc_mesh_slice_then_of_the_whole_mesh
+
+
+def _kill_if_alive(pids: list[int]) -> None:
+    import psutil
+
+    procs = [p for p in map(_proc_or_none, pids) if p is not None]
+    for p in procs:
+        p.kill()
+    psutil.wait_procs(procs, timeout=5)
+
+
+def test_stop_of_a_proc_mesh_slice_then_of_the_whole_mesh() -> None:
+    """Stopping a slice of a proc mesh stops those procs only; stopping the whole mesh
+    afterwards stops the rest (nothing may be left running)."""
+    import psutil
+
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    pids = list(procs.spawn("slice_stop_pids", Counter).pid.call().get(timeout=T).values())
+    try:
+        procs.slice(gpus=0).stop().get(timeout=T)
+        _gone, alive = psutil.wait_procs([p for p in [_proc_or_none(pids[0])] if p], timeout=5)
+        assert not alive
+        mesh = procs.slice(gpus=1).spawn("on_the_rest", Counter, 1)
+        assert mesh.incr.call_one().get(timeout=T) == 2
+        procs.stop().get(timeout=T)
+        _gone, alive = psutil.wait_procs([p for p in [_proc_or_none(pids[1])] if p], timeout=5)
+        assert not alive, "the rest of the proc mesh kept running after stop()"
+    finally:
+        _kill_if_alive(pids)

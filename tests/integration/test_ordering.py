@@ -4,6 +4,7 @@ point call), one sender's messages reach each actor in send order."""
 from __future__ import annotations
 
 import pytest
+
 from _actors import (
     AsyncOrderingDriver,
     AsyncRecorder,
@@ -13,7 +14,6 @@ from _actors import (
     ordering_plan,
     run_ordering_plan,
 )
-
 from regency.actor import this_host, this_proc
 
 T = 30

@@ -8,8 +8,8 @@ import pickle
 
 import psutil
 import pytest
-from _actors import Counter, PassAround, Spawner
 
+from _actors import Counter, PassAround, Spawner
 from regency.actor import ActorMesh, Channel, ProcMesh, ValueMesh, this_host
 
 T = 20

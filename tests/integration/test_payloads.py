@@ -6,8 +6,8 @@ import hashlib
 
 import numpy as np
 import pytest
-from _actors import Payload
 
+from _actors import Payload
 from regency.actor import Channel, this_host, this_proc
 
 T = 30
@@ -111,3 +111,29 @@ def test_large_payload_to_actor_in_the_controller_process() -> None:
     back[0] = 99
     assert arr[0] == 0  # a copy, as across processes
     local.stop().get(timeout=T)
+
+
+def test_large_payload_between_procs(echo) -> None:
+    arr = np.arange(32 * MiB // 8, dtype=np.int64)
+    back = echo.slice(gpus=0).relay.call_one(echo.slice(gpus=1), arr).get(timeout=T)
+    assert np.array_equal(back, arr)
+
+
+def test_concurrent_large_echoes_both_ways(echo) -> None:
+    arrays = [np.full(16 * MiB // 8, i, dtype=np.int64) for i in range(4)]
+    futures = [echo.slice(gpus=i % 2).echo.call_one(a) for i, a in enumerate(arrays)]
+    for a, f in zip(arrays, futures):
+        assert np.array_equal(f.get(timeout=T), a)
+
+
+def test_returned_state_is_not_changed_by_the_next_message(procs) -> None:
+    """An actor returns its (large) state, then the next message updates it in place: the
+    reply must hold the state as it was when the endpoint returned."""
+    from _actors import Weights
+
+    weights = procs.spawn("weights", Weights, 64 * MiB // 8).slice(gpus=0)
+    snap = weights.snapshot.call_one()
+    bumped = weights.bump.call_one()  # queued right behind the snapshot
+    assert bumped.get(timeout=T) == 1
+    got = snap.get(timeout=T)
+    assert int(got.min()) == 0 and int(got.max()) == 0, "the reply saw a later update"

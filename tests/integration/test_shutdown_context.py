@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 
 import psutil
-from _actors import Counter
 
+from _actors import Counter
 from regency.actor import shutdown_context, this_host, this_proc
 
 T = 20

@@ -73,6 +73,7 @@ class ActorBehavior:
         self.tasks: set[asyncio.Task[Any]] = set()
         self.stop_requested: str | None = None
         self.cleaned = False  # __cleanup__ ran (it runs at most once)
+        self.faults: dict[str, dict[str, Any]] = {}  # injected by regency.testing
 
     # -- construction ------------------------------------------------------------------------
     def setup_context(self) -> None:
@@ -104,6 +105,10 @@ class ActorBehavior:
         explicit = False
         try:
             fn, explicit, args, kwargs = self._prepare(name, port, frame)
+            if self.faults and name in self.faults:
+                fn = self._faulty(name, fn)
+                if fn is None:
+                    return None
             result = fn(*args, **kwargs)
         except Exception as exc:
             self._on_exception(exc, name, port, explicit)
@@ -142,6 +147,13 @@ class ActorBehavior:
         explicit = False
         try:
             fn, explicit, args, kwargs = self._prepare(name, port, frame)
+            if self.faults and name in self.faults:
+                fault = self.faults[name]
+                if fault["kind"] == "delay":
+                    await asyncio.sleep(fault["seconds"])
+                fn = self._faulty(name, fn, slept=True)
+                if fn is None:
+                    return
             result = fn(*args, **kwargs)
             if inspect.isawaitable(result):
                 result = await result
@@ -171,6 +183,28 @@ class ActorBehavior:
                 port_obj = Port(port[0], port[1], self.g, once=True)
             args = (port_obj, *args)
         return fn, explicit, args, kwargs
+
+    def _faulty(self, name: str, fn: Any, slept: bool = False) -> Any:
+        """Apply an injected fault to this call: the function to run, or None to drop it."""
+        fault = self.faults[name]
+        fault["times"] -= 1
+        if fault["times"] <= 0:
+            del self.faults[name]
+        kind = fault["kind"]
+        if kind == "drop":
+            return None
+        if kind == "delay" and not slept:
+            import time
+
+            time.sleep(fault["seconds"])
+        if kind == "raise":
+            exc = fault["exc"]
+
+            def raiser(*args: Any, **kwargs: Any) -> Any:
+                raise exc
+
+            return raiser
+        return fn
 
     def _refuse(self, port: Any) -> bool:
         if self.failure is None and self.actor is not None:

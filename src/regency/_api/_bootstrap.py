@@ -150,7 +150,7 @@ def _shutdown(rt: Runtime, timeout: float) -> None:
         if thread.is_alive():
             try:
                 rt.run_sync(lambda: stop_everything(rt, timeout), timeout=timeout + 5.0)
-            except Exception:  # noqa: BLE001 - shutting down regardless
+            except Exception:
                 pass
             rt.loop.call_soon_threadsafe(rt.loop.stop)
             thread.join(timeout=5.0)

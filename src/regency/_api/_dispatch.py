@@ -30,6 +30,7 @@ def install(rt: Runtime) -> None:
     h["proc_up"] = lambda msg: _proc_up(rt, msg)
     h["proc_exited"] = lambda msg: _proc_exited(rt, msg)
     h["get_or_spawn_controller"] = lambda msg: _get_or_spawn_controller(rt, msg)
+    h["fault"] = lambda msg: _fault(rt, msg)
     rt.peer_lost_hooks.append(lambda addr, exc: _peer_lost(rt, addr, exc))
 
 
@@ -215,6 +216,19 @@ def _peer_lost(rt: Runtime, addr: str, exc: BaseException | None) -> None:
         _supervise.fail_collectors(rt, addr, None, f"the proc at {addr}: {why}")
 
     rt.loop.call_later(_PEER_LOST_GRACE, later)
+
+
+# -- fault injection (regency.testing) ------------------------------------------------------------
+def _fault(rt: Runtime, msg: dict[str, Any]) -> None:
+    if msg["kind"] == "signal":
+        import os
+
+        os.kill(os.getpid(), msg["signal"])
+        return
+    cell = rt.cells.get(msg["uid"])
+    behavior = getattr(cell, "behavior", None)
+    if behavior is not None:
+        behavior.faults[msg["endpoint"]] = msg
 
 
 # -- singletons at the root ---------------------------------------------------------------------

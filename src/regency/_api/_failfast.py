@@ -42,6 +42,15 @@ def install_handler() -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, handler)
+    previous_hook = sys.excepthook
+
+    def excepthook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+        if issubclass(kind, KeyboardInterrupt):
+            sys.stderr.write("regency: interrupted (Ctrl-C): stopping the meshes and exiting\n")
+            return
+        previous_hook(kind, exc, tb)
+
+    sys.excepthook = excepthook
     _installed = True
 
 

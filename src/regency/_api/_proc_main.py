@@ -8,6 +8,7 @@ until its host agent goes away (then it exits at once: no orphans).
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import inspect
 import os
 import pickle
@@ -24,6 +25,7 @@ from ._context import Context, Instance, set_context
 
 def run_proc(spec: dict[str, Any]) -> int:
     """Serve as a proc described by ``spec``; returns the exit code."""
+    faulthandler.enable()  # a crash prints the Python stack to stderr, into the failure report
     config.configure(**spec.get("config", {}))
     rt = Runtime(secret=spec["secret"], job=spec["job"], role="proc")
     _current.set_runtime(rt)

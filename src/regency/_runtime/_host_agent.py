@@ -61,6 +61,20 @@ def describe_status(status: int) -> str:
     return f"exited with code {os.WEXITSTATUS(status)}"
 
 
+def oom_kills() -> int:
+    """How many processes the kernel's OOM killer ended in this cgroup (0 if unknown)."""
+    for path in ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"):
+        try:
+            with open(path) as f:
+                for line in f:
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+        except (OSError, ValueError):
+            continue
+    return 0
+
+
 class HostAgent:
     """Spawns and supervises the procs of one machine on behalf of their owners."""
 
@@ -73,6 +87,7 @@ class HostAgent:
         self._sock: socket.socket | None = None
         self._zygote: subprocess.Popen[bytes] | None = None
         self._stop_waiters: list[tuple[set[str], asyncio.Future[None]]] = []
+        self._ooms = oom_kills()
         handlers = runtime.sys_handlers
         handlers["spawn_procs"] = self._on_spawn_procs
         handlers["proc_ready"] = self._on_proc_ready
@@ -145,7 +160,7 @@ class HostAgent:
         try:
             assert self._sock is not None
             socket.send_fds(self._sock, [pickle.dumps(msg)], [out_w, err_w])
-        except Exception as exc:  # noqa: BLE001 - any failure is reported to the owner
+        except Exception as exc:
             for fd in (out_r, out_w, err_r, err_w):
                 os.close(fd)
             self._notify_owner(rec, f"could not be spawned: {exc}", expected=False)
@@ -216,9 +231,19 @@ class HostAgent:
         self.procs.pop(rec.addr, None)
         for fd, stream in list(zip(rec.pipes, (sys.stdout, sys.stderr))):
             self._read_rest(rec, fd, stream)
+        if cause == "killed by signal SIGKILL" and not rec.stopping and oom_kills() > self._ooms:
+            self._ooms = oom_kills()
+            cause += " (out of memory: the kernel's OOM killer ended it)"
         self.rt.mark_dead(rec.addr, f"proc {cause}")
         self._notify_owner(rec, cause, expected=rec.stopping)
         self._check_stop_waiters(rec.addr)
+        self._kill_orphans(rec.addr)
+
+    def _kill_orphans(self, owner: str) -> None:
+        """A proc's own procs die with it: a mesh never outlives its owner."""
+        orphans = {r.addr for r in self.procs.values() if r.owner == owner}
+        if orphans:
+            self.kill(orphans)
 
     def _read_rest(self, rec: ProcRecord, fd: int, stream: TextIO) -> None:
         while fd in rec.pipes:

@@ -102,7 +102,7 @@ def _dumps(obj: Any) -> tuple[bytes, Buffers]:
         data = pickle.dumps(obj, protocol=5, buffer_callback=callback)
         if _MAIN not in data:
             return data, buffers
-    except Exception:  # noqa: BLE001 - any failure means: try by value
+    except Exception:
         pass
     buffers.clear()
     return cloudpickle.dumps(obj, protocol=5, buffer_callback=callback), buffers

@@ -1,0 +1,73 @@
+"""Fault injection for tests: kill a rank, make an endpoint raise, delay or drop messages.
+
+Use these in your own tests to check that your program survives (or reports) failures::
+
+    from regency.testing import kill_rank, inject_exception, delay_calls, drop_calls
+
+    kill_rank(workers, 2)                                  # SIGKILL the proc of rank 2
+    inject_exception(workers.step, ValueError("boom"))     # the next step() on each rank raises
+    delay_calls(workers.step, 0.5, ranks=[0])              # rank 0 waits 0.5 s before step()
+    drop_calls(workers.step, times=1)                      # the next step() is silently lost
+
+Each injection applies to the ranks given (default: every rank of the mesh or slice the
+endpoint belongs to) and to the next ``times`` calls of that endpoint on each rank; it is
+installed before any call you make afterwards from the same thread (messages are ordered).
+"""
+
+from __future__ import annotations
+
+import signal as _signal
+from collections.abc import Iterable
+from typing import Any
+
+from ._api._bootstrap import runtime
+from ._api._endpoint import Endpoint
+from ._api._meshes import ActorMesh, ProcMesh
+
+__all__ = ["delay_calls", "drop_calls", "inject_exception", "kill_rank"]
+
+
+def _targets(mesh: ActorMesh | ProcMesh, ranks: Iterable[int] | None) -> list[tuple[int, str]]:
+    route_ranks = mesh._shape.ranks()
+    chosen = route_ranks if ranks is None else [route_ranks[r] for r in ranks]
+    return [(g, mesh._proc_addrs[g]) for g in chosen]
+
+
+def kill_rank(mesh: ActorMesh | ProcMesh, rank: int, sig: int = _signal.SIGKILL) -> None:
+    """Send ``sig`` (default SIGKILL) to the proc hosting ``rank`` (local rank in ``mesh``)."""
+    rt = runtime()
+    for _, addr in _targets(mesh, [rank]):
+        rt.send_sys(addr, "fault", kind="signal", signal=int(sig))
+
+
+def _inject(endpoint: Endpoint[Any], kind: str, ranks: Iterable[int] | None, times: int,
+            **extra: Any) -> None:
+    if times < 1:
+        raise ValueError(f"times must be >= 1, got {times}")
+    rt = runtime()
+    mesh = endpoint._mesh
+    for _, addr in _targets(mesh, ranks):
+        rt.send_sys(addr, "fault", kind=kind, uid=mesh._uid, endpoint=endpoint._name,
+                    times=times, **extra)
+
+
+def inject_exception(endpoint: Endpoint[Any], exc: BaseException, *,
+                     ranks: Iterable[int] | None = None, times: int = 1) -> None:
+    """The next ``times`` calls of ``endpoint`` on the given ranks raise ``exc`` instead."""
+    _inject(endpoint, "raise", ranks, times, exc=exc)
+
+
+def delay_calls(endpoint: Endpoint[Any], seconds: float, *,
+                ranks: Iterable[int] | None = None, times: int = 1) -> None:
+    """The next ``times`` calls of ``endpoint`` wait ``seconds`` before running."""
+    _inject(endpoint, "delay", ranks, times, seconds=float(seconds))
+
+
+def drop_calls(endpoint: Endpoint[Any], *, ranks: Iterable[int] | None = None,
+               times: int = 1) -> None:
+    """The next ``times`` calls of ``endpoint`` are dropped: no reply ever comes.
+
+    Use it to check that your code applies timeouts; a dropped call's future only ends by
+    its own timeout (or the callee's failure).
+    """
+    _inject(endpoint, "drop", ranks, times)
