@@ -48,6 +48,8 @@ from ._api._ports import Port as Port
 from ._api._ports import PortReceiver as PortReceiver
 from ._api._supervise import default_unhandled_fault_hook as _default_hook
 from ._api._value_mesh import ValueMesh as ValueMesh
+from ._api._workers import attach_to_workers as attach_to_workers
+from ._api._workers import run_worker_loop_forever as run_worker_loop_forever
 from ._mesh import Extent as Extent
 from ._mesh import Point as Point
 from ._mesh import Shape as Shape
@@ -83,6 +85,7 @@ __all__ = [
     "SupervisionError",
     "ValueMesh",
     "as_endpoint",
+    "attach_to_workers",
     "concurrent_endpoint",
     "config",
     "context",
@@ -92,6 +95,7 @@ __all__ = [
     "enable_transport",
     "endpoint",
     "get_or_spawn_controller",
+    "run_worker_loop_forever",
     "send",
     "shutdown_context",
     "this_host",

@@ -37,6 +37,8 @@ _DEFAULTS: dict[str, Any] = {
     "socket_buffer_bytes": 4 * 1024 * 1024,
     "fail_fast_exit_deadline": 5.0,
     "malloc_reuse": True,
+    "heartbeat_interval": 0.5,
+    "host_lost_timeout": 3.0,
 }
 
 _runtime: dict[str, Any] = {}

@@ -53,7 +53,9 @@ def _start_controller() -> Runtime:
     if config.get("malloc_reuse"):
         reuse_freed_memory()
     job = secrets.token_hex(4)
-    rt = Runtime(secret=new_secret(), job=job, role="controller")
+    from .._runtime._secret import configured_secret
+
+    rt = Runtime(secret=configured_secret() or new_secret(), job=job, role="controller")
     ready = threading.Event()
     failure: list[BaseException] = []
 

@@ -32,5 +32,5 @@ def get_or_spawn_controller(name: str, Class: type[T], *args: Any, **kwargs: Any
 
     port_id = rt.open_port(on_reply)
     rt.send_sys(rt.extra["root"], "get_or_spawn_controller", name=name, cls=Class, args=args,
-                kwargs=kwargs, port=(rt.address, port_id))
+                kwargs=kwargs, port=(rt.contact, port_id))
     return Future._from(done)

@@ -164,6 +164,10 @@ async def stop_everything(rt: Runtime, timeout: float) -> None:
         except asyncio.TimeoutError:
             pass
     rt.close_port(port_id)
+    for task in list(rt.background):
+        task.cancel()
+    if rt.background:
+        await asyncio.gather(*rt.background, return_exceptions=True)
     await stop_cells(rt, max(0.1, deadline - loop.time()))
     agent = rt.extra.get("agent")
     if agent is not None:
@@ -208,6 +212,17 @@ def _proc_exited(rt: Runtime, msg: dict[str, Any]) -> None:
     if msg["expected"] or rt.stopping or (info is not None and info["state"].stopped):
         return
     _supervise.deliver(rt, info["owner_uid"] if info else None, failure)
+
+
+def host_lost(rt: Runtime, agent: str, why: str) -> None:
+    """A worker host stopped answering: every proc there is lost, through supervision."""
+    rt.mark_dead(agent, why)
+    for uid, info in list(rt.extra.get("proc_meshes", {}).items()):
+        for rank, (addr, a) in enumerate(zip(info["addr_list"], info["agents"])):
+            if a == agent and addr not in rt.dead_addrs:
+                _proc_exited(rt, {"addr": addr, "pid": None, "cause": f"was lost: {why}",
+                                  "expected": False, "mesh_uid": uid, "rank": rank,
+                                  "host": agent, "last_lines": []})
 
 
 def _peer_lost(rt: Runtime, addr: str, exc: BaseException | None) -> None:

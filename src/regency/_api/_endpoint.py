@@ -101,7 +101,7 @@ class Endpoint(Generic[R]):
 
     def _send(self, rt: Runtime, args: tuple[Any, ...], kwargs: dict[str, Any],
               reply: _Collector | tuple[str, int] | None, route: Route) -> None:
-        port = (rt.address, reply.port_id) if isinstance(reply, _Collector) else reply
+        port = (rt.contact, reply.port_id) if isinstance(reply, _Collector) else reply
         try:
             self._bind(args, kwargs)
             try:

@@ -173,7 +173,7 @@ class ActorMesh(MeshTrait):
                 rt.call_soon(ack, (), [])
             else:
                 rt.send_sys(addr, "stop_actor", uid=self._uid, reason=reason,
-                            port=(rt.address, port_id))
+                            port=(rt.contact, port_id))
         return Future._from(done)
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -253,7 +253,7 @@ class ProcMesh(MeshTrait):
         ack_port = _counting_port(st)
         rt.extra.setdefault("owned", {})[uid] = _owner_record(uid, Class, shape, self)
         payload = {"uid": uid, "name": name, "cls": Class, "args": args, "kwargs": kwargs,
-                   "shape": shape, "proc_addrs": self._proc_addrs, "owner": rt.address,
+                   "shape": shape, "proc_addrs": self._proc_addrs, "owner": rt.contact,
                    "owner_uid": _owner_uid(), "creator": _creator(), "ack": ack_port,
                    "proc_mesh": self}
         data, buffers = dumps(payload)
@@ -301,7 +301,7 @@ class ProcMesh(MeshTrait):
             done.set_result(None)
         for agent, addrs in by_agent.items():
             rt.send_sys(agent, "stop_procs", addrs=addrs, reason=reason,
-                        port=(rt.address, port_id))
+                        port=(rt.contact, port_id))
         return Future._from(done)
 
     async def logging_option(self, stream_to_client: bool = True,
@@ -349,7 +349,7 @@ def _counting_port(st: _MeshState) -> tuple[str, int]:
             st.ready.set_result(None)
 
     port_id = rt.open_port(ack)
-    return (rt.address, port_id)
+    return (rt.contact, port_id)
 
 
 def _owner_uid() -> str | None:
@@ -373,8 +373,14 @@ def _owner_record(uid: str, cls: type, shape: Shape, pm: ProcMesh) -> dict[str, 
             "proc_addrs": pm._proc_addrs, "owner_uid": _owner_uid()}
 
 
-def _proc_address(job: str, uid: str, rank: int) -> str:
-    """Where a new proc will listen, by the configured transport."""
+def _proc_address(job: str, uid: str, rank: int, agent: str) -> str:
+    """Where a new proc will listen, by the configured transport.
+
+    Procs of a remote host (a worker, reached over tcp) get a logical ``via:`` name that their
+    host agent resolves to the port they bound.
+    """
+    if agent.startswith("tcp:"):
+        return f"via:{agent}/{uid}-{rank}"
     transport = str(config.get("default_transport"))
     if transport in ("unix", "ipc"):
         return f"unix:@regency-{job}-{uid}-{rank}"
@@ -457,7 +463,7 @@ class HostMesh(MeshTrait):
             agent = self._agents[hg]
             for i in range(n_local):
                 rank = h * n_local + i
-                addr = _proc_address(rt.job, uid, rank)
+                addr = _proc_address(rt.job, uid, rank, agent)
                 addrs.append(addr)
                 agents.append(agent)
                 requests.setdefault(agent, []).append(
@@ -471,7 +477,7 @@ class HostMesh(MeshTrait):
                 "host_agents": tuple(agents),
                 "bootstrap": _pickled(bootstrap), "config": config.get_runtime_config()}
         for agent, procs in requests.items():
-            rt.send_sys(agent, "spawn_procs", procs=procs, spec=spec, owner=rt.address,
+            rt.send_sys(agent, "spawn_procs", procs=procs, spec=spec, owner=rt.contact,
                         mesh_uid=uid, env=dict(os.environ), cwd=os.getcwd(),
                         sys_path=[p for p in sys.path])
         return ProcMesh(uid, name, shape, tuple(addrs), tuple(agents))
@@ -480,10 +486,25 @@ class HostMesh(MeshTrait):
         """Shut down an owned host mesh: its procs and (for workers) the workers."""
         if not self._owned:
             raise RuntimeError("cannot shut down `HostMesh` that is a reference instead of owned")
-        return completed(None)
+        return self._release(exit=True)
 
     def stop(self) -> Future[None]:
-        """Stop the work on the hosts but keep them for reuse."""
+        """Stop the work on the hosts (their procs) but keep the workers for reuse."""
+        if not self._owned:
+            raise RuntimeError("cannot stop `HostMesh` that is a reference instead of owned")
+        return self._release(exit=False)
+
+    def _release(self, exit: bool) -> Future[None]:
+        from ._workers import release_workers
+
+        agents = tuple(self._agents[g] for g in self._shape_.ranks())
+        rt = runtime()
+        remote = tuple(a for a in agents if a.startswith("tcp:"))
+        for info in rt.extra.get("proc_meshes", {}).values():
+            if any(a in agents for a in info["agents"]):
+                info["state"].stopped = info["state"].stopped or "host mesh stopped"
+        if remote:
+            release_workers(rt, remote, exit)
         return completed(None)
 
     async def __aenter__(self) -> HostMesh:

@@ -65,7 +65,7 @@ class PortReceiver(Generic[R]):
         self._ranked = ranked
         rt = runtime()
         self.port_id = rt.open_port(self._on_reply)
-        self.addr = rt.address
+        self.addr = rt.contact
         self._once = once
 
     def _on_reply(self, env: tuple[Any, ...], frame: list[memoryview]) -> None:

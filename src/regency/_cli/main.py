@@ -41,6 +41,18 @@ def _doctor(args: argparse.Namespace) -> int:
     return 0
 
 
+def _worker(args: argparse.Namespace) -> int:
+    """Serve controllers as a worker host (the job secret comes from the environment)."""
+    from .._api._workers import run_worker_loop_forever
+    from .._runtime._secret import SecretError
+
+    try:
+        return run_worker_loop_forever(address=args.listen, advertise=args.advertise)
+    except SecretError as exc:
+        print(f"regency worker: {exc}", file=sys.stderr)
+        return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``regency`` command."""
     parser = argparse.ArgumentParser(prog="regency", description=__doc__)
@@ -48,6 +60,12 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("version", help="print the version").set_defaults(run=_version)
     sub.add_parser("doctor", help="check that procs can be spawned and called").set_defaults(
         run=_doctor)
+    worker = sub.add_parser("worker", help="serve controllers as a worker host")
+    worker.add_argument("--listen", default="tcp://0.0.0.0:26600",
+                        help="address to listen on (tcp://HOST:PORT)")
+    worker.add_argument("--advertise", default=None,
+                        help="host name or IP other machines use to reach this one")
+    worker.set_defaults(run=_worker)
     args = parser.parse_args(argv)
     return int(args.run(args))
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from .. import config
-from ._messages import OK
+from ._messages import OK, RAW_ERROR
 from ._runtime import Runtime
 
 log = logging.getLogger("regency.host")
@@ -43,6 +43,7 @@ class ProcRecord:
     rank: int
     pid: int = 0
     ready: bool = False
+    physical: str = ""  # where it listens, for procs known by a logical via: name
     stopping: bool = False
     tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=200))
     pipes: list[int] = field(default_factory=list)
@@ -92,6 +93,9 @@ class HostAgent:
         handlers["spawn_procs"] = self._on_spawn_procs
         handlers["proc_ready"] = self._on_proc_ready
         handlers["stop_procs"] = self._on_stop_procs
+        handlers["resolve"] = self._on_resolve
+        self.advertise_host = ""  # set on workers: procs listen on tcp at this host
+        self._resolving: dict[str, list[tuple[str, int]]] = {}
 
     # -- the fork server -------------------------------------------------------------------
     def start_zygote(self) -> None:
@@ -155,6 +159,8 @@ class HostAgent:
         err_r, err_w = os.pipe()
         self._tokens += 1
         spec = {**req["spec"], **entry, "host_agent": self.rt.address}
+        if rec.addr.startswith("via:"):
+            spec["bind"] = f"tcp:{self.advertise_host or '127.0.0.1'}:0"
         msg = {"token": self._tokens, "entry": "regency._api._proc_main:run_proc", "spec": spec,
                "env": req["env"], "cwd": req["cwd"], "sys_path": req["sys_path"]}
         try:
@@ -179,8 +185,22 @@ class HostAgent:
         if rec is None:
             return
         rec.ready = True
+        rec.physical = msg.get("physical", rec.addr)
+        for port in self._resolving.pop(rec.addr, []):
+            self.rt.send_reply(port, None, OK, rec.physical)
         self.rt.send_sys(rec.owner, "proc_up", addr=rec.addr, pid=msg["pid"],
                          mesh_uid=rec.mesh_uid, error=msg.get("error"))
+
+    def _on_resolve(self, msg: dict[str, Any]) -> None:
+        """Where does the proc known as ``name`` listen? (answered once it is up)"""
+        rec = self.procs.get(msg["name"])
+        if rec is None:
+            why = self.rt.dead_addrs.get(msg["name"], "no such proc on this host")
+            self.rt.send_reply(msg["port"], None, RAW_ERROR, f"{msg['name']}: {why}")
+        elif rec.ready:
+            self.rt.send_reply(msg["port"], None, OK, rec.physical)
+        else:
+            self._resolving.setdefault(rec.addr, []).append(msg["port"])
 
     # -- output ----------------------------------------------------------------------------
     def _on_output(self, rec: ProcRecord, fd: int, stream: TextIO) -> None:
@@ -229,6 +249,8 @@ class HostAgent:
 
     def _finish(self, rec: ProcRecord, cause: str) -> None:
         self.procs.pop(rec.addr, None)
+        for port in self._resolving.pop(rec.addr, []):
+            self.rt.send_reply(port, None, RAW_ERROR, f"{rec.addr}: the proc {cause}")
         for fd, stream in list(zip(rec.pipes, (sys.stdout, sys.stderr))):
             self._read_rest(rec, fd, stream)
         if cause == "killed by signal SIGKILL" and not rec.stopping and oom_kills() > self._ooms:

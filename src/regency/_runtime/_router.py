@@ -20,7 +20,7 @@ import asyncio
 import logging
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .. import config
@@ -65,14 +65,32 @@ class Router:
         self._on_frame = on_frame
         self._on_peer_lost = on_peer_lost
         self._on_undeliverable = on_undeliverable
-        self._listener = Listener(secret, VERSION, self._accepted)
+        self._listeners: list[Listener] = []
         self._tasks: set[asyncio.Task[None]] = set()
+        self.tcp_identity = ""  # how peers across the network know us, if we listen on tcp
+        self.resolver: Callable[[str], Awaitable[str]] | None = None  # for via: addresses
         self.closing = False
 
-    async def listen(self, address: str) -> str:
-        """Start accepting connections on ``address``; returns the bound address."""
+    async def listen(self, address: str, identity: str | None = None) -> str:
+        """Accept connections on ``address``; returns the bound address.
+
+        The first call sets ``self.address``, the name we announce to peers (``identity``
+        when given: a proc behind a host agent is known by a logical ``via:`` name).
+        """
         self.loop = asyncio.get_running_loop()
-        self.address = await self._listener.start(address)
+        listener = Listener(self.secret, VERSION, self._accepted)
+        bound = await listener.start(address)
+        self._listeners.append(listener)
+        if not self.address:
+            self.address = identity or bound
+        if bound.startswith("tcp:") and not self.tcp_identity:
+            self.tcp_identity = identity or bound
+        return bound
+
+    def identity_for(self, target: str) -> str:
+        """Our name as announced to ``target``: reachable from where it is."""
+        if self.tcp_identity and not target.startswith("unix:"):
+            return self.tcp_identity
         return self.address
 
     # -- sending (any thread) ---------------------------------------------------------------
@@ -125,9 +143,19 @@ class Router:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + float(config.get("connect_timeout"))
         delay = 0.0005
+        target = peer.addr
+        if target.startswith("via:"):
+            try:
+                assert self.resolver is not None, "no resolver for via: addresses"
+                target = await self.resolver(peer.addr)
+            except Exception as exc:  # noqa: BLE001 - the peer cannot be found: it is dead
+                log.warning("regency: cannot resolve %s: %s", peer.addr, exc)
+                self._mark_dead(peer, exc if isinstance(exc, OSError) else ConnectionError(str(exc)))
+                return
         while True:
             try:
-                sock, rest = await connect(peer.addr, self.secret, VERSION, self.address)
+                sock, rest = await connect(target, self.secret, VERSION,
+                                           self.identity_for(peer.addr))
                 break
             except (ConnectionRefusedError, FileNotFoundError) as exc:
                 if loop.time() > deadline or self.closing:
@@ -201,7 +229,8 @@ class Router:
     def close(self) -> None:
         """Close the listening socket and every connection (loop thread)."""
         self.closing = True
-        self._listener.close()
+        for listener in self._listeners:
+            listener.close()
         for task in list(self._tasks):
             task.cancel()
         for conn in list(self.connections):
@@ -210,7 +239,7 @@ class Router:
     async def aclose(self) -> None:
         """``close()``, then wait for the cancelled connection attempts to finish."""
         self.close()
-        tasks = list(self._tasks) + self._listener.tasks()
+        tasks = list(self._tasks) + [t for li in self._listeners for t in li.tasks()]
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .. import config
 from . import _messages as m
 from ._pickling import dumps, loads
 from ._router import Frame, Router
@@ -62,6 +63,8 @@ class Runtime:
         self.loop_thread_id = 0
         self.router = Router(secret, self._on_frame, self._on_peer_lost, self._on_undeliverable)
         self.address = ""
+        self.my_addresses: set[str] = set()  # every name this runtime answers to
+        self.bound_address = ""
         self.ports: dict[int, PortHandler] = {}
         self.port_targets: dict[int, frozenset[str]] = {}  # port -> addrs it waits on
         self.cells: dict[str, Any] = {}
@@ -71,6 +74,7 @@ class Runtime:
         self.dead_addrs: dict[str, str] = {}  # addr -> why it is dead
         self.troubles = 0  # bumped on any death, failure or stop: callers check only then
         self.collectors: dict[int, Any] = {}  # port -> pending call collector
+        self.background: set[asyncio.Task[Any]] = set()  # cancelled at shutdown
         self._port_ids = itertools.count(1)
         self.stopping = False
         self.extra: dict[str, Any] = {}  # per-role state of the layers above
@@ -92,7 +96,7 @@ class Runtime:
 
         Remote frames are written directly by the calling thread (no hop to the loop).
         """
-        if addr == self.address:
+        if addr in self.my_addresses:
             # Deferred, never inline: a handler must not run in the middle of its sender.
             if self.on_loop():
                 self.loop.call_soon(self._deliver_local, frame)
@@ -209,11 +213,59 @@ class Runtime:
         self.troubles += 1
 
     # -- lifecycle -------------------------------------------------------------------------------
-    async def start(self, address: str) -> str:
-        """Listen on ``address`` (loop thread)."""
+    async def start(self, address: str, identity: str | None = None) -> str:
+        """Listen on ``address`` (loop thread); ``identity`` is the name peers know us by."""
         self.loop_thread_id = threading.get_ident()
-        self.address = await self.router.listen(address)
+        bound = await self.router.listen(address, identity)
+        self.bound_address = bound
+        self.address = self.router.address
+        self.my_addresses.update({bound, self.address})
+        self.router.resolver = self._resolve
         return self.address
+
+    async def listen_tcp(self, address: str, advertise: str | None = None) -> str:
+        """Also accept tcp connections (for peers on other hosts); returns our tcp address.
+
+        ``advertise`` is the host peers should dial when we bind a wildcard address.
+        """
+        if self.router.tcp_identity:
+            return self.router.tcp_identity
+        bound = await self.router.listen(address)
+        if advertise:
+            port = bound.rsplit(":", 1)[1]
+            host = f"[{advertise}]" if ":" in advertise else advertise
+            self.router.tcp_identity = f"tcp:{host}:{port}"
+        self.my_addresses.update({bound, self.router.tcp_identity})
+        return self.router.tcp_identity
+
+    @property
+    def contact(self) -> str:
+        """Where any peer, local or on another host, can reach us (for ports and owners)."""
+        return self.router.tcp_identity or self.address
+
+    def reply_address(self, remote: bool) -> str:
+        """The address a peer should answer us at (tcp when the peer is on another host)."""
+        if remote and self.router.tcp_identity:
+            return self.router.tcp_identity
+        return self.address
+
+    async def _resolve(self, logical: str) -> str:
+        """The physical address of a ``via:AGENT/NAME`` proc, asked of its host agent."""
+        agent, _, name = logical[len("via:"):].rpartition("/")
+        fut: asyncio.Future[Any] = self.loop.create_future()
+
+        def on_reply(env: tuple[Any, ...], frame: list[memoryview]) -> None:
+            self.close_port(port_id)
+            value = loads(frame[1], frame[2:])
+            if not fut.done():
+                if env[3] == m.OK:
+                    fut.set_result(value)
+                else:
+                    fut.set_exception(ConnectionError(str(value)))
+
+        port_id = self.open_port(on_reply, frozenset({agent}))
+        self.send_sys(agent, "resolve", name=logical, port=(self.reply_address(True), port_id))
+        return str(await asyncio.wait_for(fut, float(config.get("spawn_timeout"))))
 
 
 def _flat(frame: Frame) -> list[Any]:

@@ -1,0 +1,274 @@
+"""Many machines: worker hosts (``run_worker_loop_forever``) and ``attach_to_workers``.
+
+A worker is a host agent listening on tcp. It serves one controller at a time: a controller
+*attaches* (proving the job secret in the handshake), then keeps a lease alive with
+heartbeats. When the lease lapses (the controller died, froze or lost its link) or the
+connection to it breaks, the worker kills that controller's procs and waits for the next.
+The controller, in turn, declares a worker lost when its heartbeats go unanswered for
+``host_lost_timeout`` seconds, and every proc there fails through supervision, naming the host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from typing import Any
+
+from .. import config
+from .._mesh import Shape
+from .._runtime import _current
+from .._runtime import _messages as m
+from .._runtime._host_agent import HostAgent
+from .._runtime._runtime import Runtime
+from .._runtime._secret import require_secret
+from .._transport import Address
+from ..errors import TransportError
+from . import _dispatch
+from ._bootstrap import runtime
+from ._meshes import HostMesh
+
+log = logging.getLogger("regency.worker")
+
+__all__ = ["attach_to_workers", "run_worker_loop_forever"]
+
+
+class WorkerService:
+    """The controller-facing side of a worker: attach, heartbeats, lease, shutdown."""
+
+    def __init__(self, rt: Runtime, agent: HostAgent) -> None:
+        self.rt = rt
+        self.agent = agent
+        self.controller: str | None = None
+        self.last_heartbeat = 0.0
+        self.lease = 5.0
+        self.done: asyncio.Future[int] = rt.loop.create_future()
+        h = rt.sys_handlers
+        h["attach"] = self._on_attach
+        h["heartbeat"] = self._on_heartbeat
+        h["release"] = self._on_release
+        rt.peer_lost_hooks.append(self._on_peer_lost)
+
+    def _on_attach(self, msg: dict[str, Any]) -> None:
+        who = msg["controller"]
+        if self.controller is not None and self.controller != who:
+            self.rt.send_reply(msg["port"], None, m.RAW_ERROR, TransportError(
+                f"worker {self.rt.address} is busy serving controller {self.controller}"))
+            return
+        self.controller = who
+        self.lease = float(msg.get("lease", 5.0))
+        self.last_heartbeat = time.monotonic()
+        log.info("regency worker: serving controller %s", who)
+        self.rt.send_reply(msg["port"], None, m.OK,
+                           {"host": self.rt.hostname, "pid": os.getpid()})
+
+    def _on_heartbeat(self, msg: dict[str, Any]) -> None:
+        if msg["controller"] == self.controller:
+            self.last_heartbeat = time.monotonic()
+            self.rt.send_reply(msg["port"], None, m.OK, None)
+
+    def _on_release(self, msg: dict[str, Any]) -> None:
+        if msg["controller"] != self.controller:
+            return
+        self._detach("released by its controller")
+        self.rt.send_reply(msg["port"], None, m.OK, None)
+        if msg.get("exit") and not self.done.done():
+            self.rt.loop.call_later(0.05, self.done.set_result, 0)
+
+    def _on_peer_lost(self, addr: str, exc: BaseException | None) -> None:
+        if addr == self.controller:
+            self._detach(f"lost the connection to its controller ({exc})")
+
+    def _detach(self, why: str) -> None:
+        if self.controller is None:
+            return
+        n = len(self.agent.procs)
+        log.warning("regency worker: %s; killing %d proc(s), ready for the next", why, n)
+        self.agent.kill()
+        self.controller = None
+
+    async def watch_lease(self) -> None:
+        """Detach when the controller stops renewing its lease."""
+        while not self.done.done():
+            await asyncio.sleep(0.25)
+            if self.controller and time.monotonic() - self.last_heartbeat > self.lease:
+                self._detach(f"controller {self.controller} missed its heartbeats ({self.lease}s)")
+
+
+def run_worker_loop_forever(address: str = "tcp://0.0.0.0:26600",
+                            ca: str = "trust_all_connections", advertise: str | None = None) -> int:
+    """Make this process a worker host serving controllers at ``address``, until shut down.
+
+    The job secret comes from ``REGENCY_SECRET`` or ``REGENCY_SECRET_FILE``. ``advertise``
+    is the host name or IP other machines use to reach procs here (default: this machine's
+    address on the interface of ``address``, or its hostname).
+    """
+    secret = require_secret("a worker")
+    addr = Address.parse(address)
+    if addr.scheme != "tcp":
+        raise ValueError(f"a worker listens on tcp, got {address!r}")
+    rt = Runtime(secret=secret, job="worker", role="worker")
+    _current.set_runtime(rt)
+    asyncio.set_event_loop(rt.loop)
+    agent = HostAgent(rt)
+    agent.advertise_host = advertise or _advertised_host(addr.host)
+    rt.extra.update(agent=agent, root="", host_agent="")
+    _dispatch.install(rt)
+    service = WorkerService(rt, agent)
+    listen = str(Address("tcp", addr.host, addr.port))
+    rt.loop.run_until_complete(rt.start(listen))
+    rt.extra["host_agent"] = rt.address
+    agent.start_zygote()
+    print(f"regency worker listening on {rt.address}", flush=True)
+    try:
+        code = rt.loop.run_until_complete(_serve(service))
+    finally:
+        rt.stopping = True
+        agent.shutdown()
+        rt.loop.run_until_complete(rt.router.aclose())
+    return code
+
+
+async def _serve(service: WorkerService) -> int:
+    watcher = asyncio.get_running_loop().create_task(service.watch_lease())
+    try:
+        return await service.done
+    finally:
+        watcher.cancel()
+
+
+def _advertised_host(bind_host: str) -> str:
+    if bind_host not in ("0.0.0.0", "::", ""):
+        return bind_host
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+def _local_ip_towards(host: str) -> str:
+    """The IP of this machine on the interface that reaches ``host``."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect((host, 9))
+            return str(s.getsockname()[0])
+        except OSError:
+            return "127.0.0.1"
+
+
+def attach_to_workers(workers: list[str], ca: str = "trust_all_connections",
+                      name: str | None = None) -> HostMesh:
+    """A ``HostMesh`` with a ``hosts`` dimension over the given worker addresses.
+
+    Attaches to each worker (they must share the job secret, see ``REGENCY_SECRET``) and keeps
+    their leases alive. ``shutdown()`` on the mesh makes the workers exit; ``stop()`` releases
+    them for the next controller.
+
+    Raises:
+        TransportError: a worker cannot be reached, refuses the secret, or is busy.
+    """
+    if not workers:
+        raise ValueError("attach_to_workers needs at least one worker address")
+    require_secret("attach_to_workers")
+    rt = runtime()
+    if rt.secret != require_secret("attach_to_workers"):
+        raise TransportError("REGENCY_SECRET changed after regency started; set it before "
+                             "the first regency call")
+    agents = tuple(str(Address.parse(w)) for w in workers)
+    first = Address.parse(agents[0])
+    advertise = _local_ip_towards(first.host)
+    contact = rt.run_sync(lambda: rt.listen_tcp("tcp:0.0.0.0:0", advertise), timeout=10)
+    timeout = float(config.get("connect_timeout"))
+    rt.run_sync(lambda: _attach_all(rt, agents, contact), timeout=timeout + 5)
+    heartbeats = rt.extra.setdefault("heartbeats", {})
+    for agent in agents:
+        heartbeats[agent] = time.monotonic()
+    if "heartbeat_task" not in rt.extra:
+        rt.extra["heartbeat_task"] = None
+        rt.call_soon(_start_heartbeat, rt)
+    return HostMesh(Shape.from_sizes(["hosts"], [len(agents)]), agents, owned=True)
+
+
+async def _ask(rt: Runtime, addr: str, kind: str, timeout: float, **kwargs: Any) -> Any:
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[Any] = loop.create_future()
+
+    def on_reply(env: tuple[Any, ...], frame: list[memoryview]) -> None:
+        rt.close_port(port_id)
+        from ._replies import decode, to_exception
+
+        value = decode(frame)
+        if fut.done():
+            return
+        if env[3] == m.OK:
+            fut.set_result(value)
+        else:
+            fut.set_exception(to_exception(env[3], value))
+
+    port_id = rt.open_port(on_reply, frozenset({addr}))
+    rt.send_sys(addr, kind, port=(rt.contact, port_id), controller=rt.contact, **kwargs)
+    return await asyncio.wait_for(fut, timeout)
+
+
+async def _attach_all(rt: Runtime, agents: tuple[str, ...], contact: str) -> None:
+    lease = float(config.get("host_lost_timeout"))
+    timeout = float(config.get("connect_timeout"))
+
+    async def one(agent: str) -> None:
+        try:
+            await _ask(rt, agent, "attach", timeout, lease=lease)
+        except (asyncio.TimeoutError, TimeoutError) as exc:
+            why = rt.dead_addrs.get(agent, "no answer")
+            raise TransportError(f"cannot attach to worker {agent}: {why}") from exc
+
+    await asyncio.gather(*(one(a) for a in agents))
+
+
+def _start_heartbeat(rt: Runtime) -> None:
+    rt.extra["heartbeat_task"] = rt.loop.create_task(_heartbeat(rt))
+    rt.background.add(rt.extra["heartbeat_task"])
+
+
+async def _heartbeat(rt: Runtime) -> None:
+    """Renew every worker's lease; declare a worker lost when it stops answering."""
+    from ._dispatch import host_lost
+
+    period = float(config.get("heartbeat_interval"))
+    limit = float(config.get("host_lost_timeout"))
+    beats: dict[str, float] = rt.extra["heartbeats"]
+    while not rt.stopping:
+        await asyncio.sleep(period)
+        now = time.monotonic()
+        for agent, last in list(beats.items()):
+            if now - last > limit:
+                del beats[agent]
+                host_lost(rt, agent, f"the host {agent} stopped answering for {limit:.1f}s")
+                continue
+            task = rt.loop.create_task(_beat(rt, agent, beats))
+            rt.background.add(task)
+            task.add_done_callback(rt.background.discard)
+
+
+async def _beat(rt: Runtime, agent: str, beats: dict[str, float]) -> None:
+    try:
+        await _ask(rt, agent, "heartbeat", float(config.get("host_lost_timeout")))
+    except Exception:  # noqa: BLE001 - a missed beat is judged by the watcher above
+        return
+    if agent in beats:
+        beats[agent] = time.monotonic()
+
+
+def release_workers(rt: Runtime, agents: tuple[str, ...], exit: bool) -> None:
+    """Release (and optionally shut down) workers; called from HostMesh.stop/shutdown."""
+    beats: dict[str, float] = rt.extra.get("heartbeats", {})
+    for agent in agents:
+        beats.pop(agent, None)
+
+    async def go() -> None:
+        await asyncio.gather(*(_ask(rt, a, "release", 10.0, exit=exit) for a in agents),
+                             return_exceptions=True)
+
+    rt.run_sync(go, timeout=15)
