@@ -108,7 +108,7 @@ def test_send_without_port_is_fire_and_forget(procs) -> None:
 def test_accumulator(counters) -> None:
     acc = Accumulator(counters.echo, 100, lambda a, r: a + r)
     assert acc.accumulate(1).get(timeout=T) == 104
-    strings = Accumulator(counters.whoami, (), lambda a, r: a + (r["actor_rank_rank"],))
+    strings = Accumulator(counters.whoami, (), lambda a, r: (*a, r["actor_rank_rank"]))
     assert sorted(strings.accumulate().get(timeout=T)) == [0, 1, 2, 3]
 
 

@@ -197,7 +197,7 @@ def test_init_failure_makes_calls_fail_and_is_reported(procs, unhandled_failures
 
     mesh = procs.spawn("bad_init", BadInit, 1)
     assert mesh.slice(gpus=0).ok.call_one().get(timeout=T) == "ok"
-    with pytest.raises(SupervisionError, match="init failed on purpose|__init__"):
+    with pytest.raises(SupervisionError, match=r"init failed on purpose|__init__"):
         mesh.slice(gpus=1).ok.call_one().get(timeout=T)
     failures = unhandled_failures()
     assert len(failures) == 1 and "init failed on purpose" in failures[0].report()

@@ -106,7 +106,7 @@ def procs2():
 
 
 def test_spawn_checks_init_arguments_eagerly(procs2) -> None:
-    with pytest.raises(TypeError, match="a"):
+    with pytest.raises(TypeError, match="'a'"):
         procs2.spawn("na", NeedsArgs)  # missing 'a'
     with pytest.raises(TypeError):
         procs2.spawn("na", NeedsArgs, 1, "b", "too many")
@@ -178,7 +178,7 @@ def test_proc_mesh_stop_runs_cleanup_and_forbids_spawn(tmp_path) -> None:
         procs.spawn("again", Counter)
     import psutil
 
-    gone, alive = psutil.wait_procs([_proc_or_none(p) for p in pids if _proc_or_none(p)],
+    _gone, alive = psutil.wait_procs([_proc_or_none(p) for p in pids if _proc_or_none(p)],
                                     timeout=5)
     assert not alive
     # a second stop is harmless
@@ -255,14 +255,11 @@ def test_calls_after_proc_mesh_stop_fail_instead_of_hanging() -> None:
 
 
 def test_actor_stops_itself(procs2) -> None:
-    port, recv = Channel.open()
-    cleanup = procs2.spawn("self_stop_cleanup", Cleanup, port)
     mesh = procs2.spawn("self_stop", Counter, 0)
     assert mesh.slice(gpus=1).stop_self.call_one().get(timeout=T) == "stopping"
     with pytest.raises(SupervisionError):
         mesh.slice(gpus=1).value.call_one().get(timeout=T)
     assert mesh.slice(gpus=0).incr.call_one().get(timeout=T) == 1  # other ranks keep working
-    assert cleanup.ping.call().get(timeout=T).get(0) == 0
 
 
 def test_long_proc_mesh_names_work() -> None:

@@ -37,11 +37,12 @@ def run_script(tmp_path: Path, source: str, *, timeout: float = 40.0,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired as exc:
         proc.kill()
         out, err = proc.communicate()
         kill_tagged(tag)
-        raise AssertionError(f"script timed out after {timeout}s\nstdout:\n{out}\nstderr:\n{err}")
+        raise AssertionError(
+            f"script timed out after {timeout}s\nstdout:\n{out}\nstderr:\n{err}") from exc
     return Run(proc.returncode, out, err, tag, proc.pid)
 
 

@@ -99,12 +99,12 @@ class Future(Generic[R]):
 
     def __await__(self) -> Generator[Any, None, R]:
         c = self._completion
-        if c.done():
-            return c.outcome()  # type: ignore[no-any-return]
         try:
             asyncio.get_running_loop()
         except RuntimeError:
             raise ValueError("__await__ with no active event loop") from None
+        if c.done():
+            return c.outcome()  # type: ignore[no-any-return]
         guard = self._blocking_guard
         if guard is not None:
             problem = guard.awaiting() if hasattr(guard, "awaiting") else None

@@ -109,7 +109,7 @@ class Router:
             if peer is None:
                 peer = self._open(addr)
             if peer.queue is not None:
-                peer.queue.append(frame)
+                peer.queue.append(_owned(frame))  # the caller may reuse its buffers at once
                 return
             if peer.conn is not None and not peer.conn.closed:
                 try:
@@ -242,6 +242,18 @@ class Router:
         tasks = list(self._tasks) + [t for li in self._listeners for t in li.tasks()]
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _owned(frame: Frame) -> Frame:
+    """The frame with large caller-owned buffers copied (small ones and bytes kept)."""
+    out: Frame = []
+    for buf in frame:
+        if isinstance(buf, bytes):
+            out.append(buf)
+            continue
+        view = buf.raw() if hasattr(buf, "raw") else memoryview(buf)
+        out.append(view.tobytes() if view.nbytes >= 64 * 1024 else buf)
+    return out
 
 
 def canonical(address: str) -> str:

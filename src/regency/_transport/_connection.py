@@ -59,7 +59,7 @@ class Connection:
         self._on_close = on_close
         self._decoder = FrameDecoder(allocate=allocate)
         self._wlock = threading.Lock()
-        self._pending: collections.deque[memoryview] = collections.deque()
+        self._pending: collections.deque[Any] = collections.deque()
         self._writer_armed = False
         self.peer_identity = peer_identity
         self.label = label
@@ -68,6 +68,7 @@ class Connection:
         self.error: BaseException | None = None
         self._fd = sock.fileno()
         self._leftover = leftover
+        self._loop_thread = threading.get_ident()  # connections are made on the loop thread
 
     def start(self) -> None:
         """Begin reading (loop thread)."""
@@ -119,25 +120,47 @@ class Connection:
 
     # -- writing (any thread) --------------------------------------------------------------
     def send_frame(self, buffers: Sequence[Any]) -> None:
-        """Write one frame; never blocks (what the kernel does not take is queued)."""
+        """Write one frame, in order with every other frame of this connection.
+
+        What the kernel does not take at once is queued and written by the loop. The caller's
+        large buffers must not change until they are written, since they are not copied: a
+        caller on another thread waits until then (like a blocking send); on the loop thread,
+        where waiting is impossible, the unsent part of large buffers is copied instead.
+        """
         parts = encode_frame(buffers)
+        done: threading.Event | None = None
         with self._wlock:
             if self.closed:
                 raise ConnectionResetError(f"connection to {self.label} is closed")
             if self._pending:
-                self._pending.extend(_views(parts))
-                return
-            try:
-                sent = self.sock.sendmsg(parts) if len(parts) <= _IOV_MAX else 0
-            except (BlockingIOError, InterruptedError):
-                sent = 0
-            except OSError as exc:
-                self.loop.call_soon_threadsafe(self._lost, exc)
-                raise ConnectionResetError(f"connection to {self.label} broke: {exc}") from exc
-            rest = _skip(parts, sent)
-            if rest:
-                self._pending.extend(rest)
-                self._arm_writer()
+                rest = _views(parts)
+            else:
+                try:
+                    sent = self.sock.sendmsg(parts) if len(parts) <= _IOV_MAX else 0
+                except (BlockingIOError, InterruptedError):
+                    sent = 0
+                except OSError as exc:
+                    self.loop.call_soon_threadsafe(self._lost, exc)
+                    raise ConnectionResetError(f"connection to {self.label} broke: {exc}") from exc
+                rest = _skip(parts, sent)
+                if not rest:
+                    return
+            if _borrows(rest):
+                if self._on_loop():
+                    rest = [_own(v) for v in rest]
+                else:
+                    done = threading.Event()
+            self._pending.extend(rest)
+            if done is not None:
+                self._pending.append(_Flushed(done))
+            self._arm_writer()
+        if done is not None:
+            while not done.wait(1.0):
+                if self.closed:
+                    return  # lost: the frame is gone either way
+
+    def _on_loop(self) -> bool:
+        return threading.get_ident() == self._loop_thread
 
     def _arm_writer(self) -> None:
         if self._writer_armed:
@@ -151,25 +174,36 @@ class Connection:
 
     def _on_writable(self) -> None:
         with self._wlock:
-            while self._pending:
-                batch = [self._pending[i] for i in range(min(len(self._pending), _IOV_MAX))]
-                try:
-                    sent = self.sock.sendmsg(batch)
-                except (BlockingIOError, InterruptedError):
-                    return
-                except OSError as exc:
-                    self._pending.clear()
-                    self.loop.call_soon(self._lost, exc)
-                    return
-                while sent and self._pending:
-                    head = self._pending[0]
+            pending = self._pending
+            while pending:
+                batch: list[memoryview] = []
+                for item in pending:
+                    if isinstance(item, _Flushed) or len(batch) == _IOV_MAX:
+                        break
+                    batch.append(item)
+                sent = 0
+                if batch:
+                    try:
+                        sent = self.sock.sendmsg(batch)
+                    except (BlockingIOError, InterruptedError):
+                        return
+                    except OSError as exc:
+                        self.loop.call_soon(self._lost, exc)
+                        return
+                while pending:
+                    head = pending[0]
+                    if isinstance(head, _Flushed):
+                        head.event.set()
+                        pending.popleft()
+                        continue
                     if sent >= head.nbytes:
                         sent -= head.nbytes
-                        self._pending.popleft()
-                    else:
-                        self._pending[0] = head[sent:]
-                        sent = 0
-                if self._pending:
+                        pending.popleft()
+                        continue
+                    if sent:
+                        pending[0] = head[sent:]
+                    break
+                if pending and not isinstance(pending[0], _Flushed) and sent == 0 and batch:
                     return  # the kernel buffer is full again; wait for the next event
             self._writer_armed = False
             self.loop.remove_writer(self._fd)
@@ -194,7 +228,35 @@ class Connection:
         except Exception:
             pass
         self.sock.close()
+        with self._wlock:
+            for item in self._pending:
+                if isinstance(item, _Flushed):
+                    item.event.set()
+            self._pending.clear()
         self._on_close(self, self.error or exc)
+
+
+class _Flushed:
+    """A marker in the write queue: everything before it has been written."""
+
+    __slots__ = ("event",)
+
+    def __init__(self, event: threading.Event) -> None:
+        self.event = event
+
+
+_SMALL = 64 * 1024
+
+
+def _borrows(views: list[memoryview]) -> bool:
+    """Whether unsent data still points into a large caller-owned buffer."""
+    return any(v.nbytes >= _SMALL and not isinstance(v.obj, bytes) for v in views)
+
+
+def _own(view: memoryview) -> memoryview:
+    if view.nbytes >= _SMALL and not isinstance(view.obj, bytes):
+        return memoryview(view.tobytes())
+    return view
 
 
 def _views(parts: Sequence[Any]) -> list[memoryview]:

@@ -1,0 +1,80 @@
+"""The words of supervision: how failed calls, refused calls and refused spawns are explained.
+
+Every reason names the mesh and the ranks and says why, in one line; a failed call's message
+adds the endpoint in front (``Endpoint call trainer.step() failed: rank 1 of mesh ...``). A
+"why" is the part after the subject, kept per rank so that later refusals repeat it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+__all__ = [
+    "call_failed",
+    "ranks_text",
+    "spawn_refused",
+    "subject",
+    "why_actor_failed",
+    "why_proc_lost",
+    "why_proc_mesh_stopped",
+    "why_stopped",
+    "why_unreachable",
+]
+
+
+def ranks_text(ranks: Iterable[int]) -> str:
+    """``"rank 3"`` or ``"ranks 0, 1, 5"``."""
+    rs = sorted(ranks)
+    if len(rs) == 1:
+        return f"rank {rs[0]}"
+    return "ranks " + ", ".join(map(str, rs))
+
+
+def subject(uid: str, ranks: Iterable[int]) -> str:
+    """``"rank 1 of mesh 'trainer-x1'"``."""
+    return f"{ranks_text(ranks)} of mesh {uid!r}"
+
+
+def call_failed(name: str, endpoint: str, reason: str) -> str:
+    """The message of a failed call: ``"Endpoint call <name>.<endpoint>() failed: <reason>"``."""
+    return f"Endpoint call {name}.{endpoint}() failed: {reason}"
+
+
+def why_actor_failed(actor_class: str, cause: str) -> str:
+    """The actor raised or otherwise failed."""
+    who = f" ({actor_class})" if actor_class else ""
+    return f"failed{who}: {cause}"
+
+
+def why_proc_lost(addr: str, cause: str) -> str:
+    """The proc hosting the ranks exited; ``cause`` completes "the proc ..."."""
+    return f"lost its proc {addr}: the proc {cause}"
+
+
+def why_stopped(reason: str) -> str:
+    """The mesh was stopped on purpose."""
+    return f"cannot answer: the mesh was stopped ({reason})"
+
+
+def why_proc_mesh_stopped(addr: str, reason: str) -> str:
+    """The proc mesh under the ranks was stopped on purpose."""
+    return f"cannot answer: the proc mesh of its proc {addr} was stopped ({reason})"
+
+
+def why_unreachable(addr: str, reason: str, grace: float) -> str:
+    """The connection to the proc broke and no exit status came in time."""
+    return (
+        f"is unreachable: the connection to its proc {addr} was lost ({reason}) "
+        f"and no exit status came within {grace:g} s"
+    )
+
+
+def spawn_refused(uid: str, name: str, bad: dict[int, str]) -> str:
+    """Why actors cannot be spawned on a proc mesh some of whose procs (``bad``) are dead."""
+    details = "; ".join(f"rank {rank}: {why}" for rank, why in sorted(bad.items()))
+    which = ranks_text(bad)
+    return (
+        f"Cannot spawn new actors on proc mesh {name!r} ({uid}): the procs of {which} are "
+        f"dead or unreachable ({details}). Spawn on a slice of the mesh that excludes "
+        f"{which}, or on a new proc mesh."
+    )
