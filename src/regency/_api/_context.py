@@ -60,7 +60,7 @@ class Instance:
         self._stop(reason)
 
     def __repr__(self) -> str:
-        if self.creator is None and self.name == "root":
+        if self.creator is None and self.name == "root" and not self.class_name:
             return "<root>"
         own = f"<{self.class_name} {self.name}{dict(self.rank)}>"
         return f"{self.creator!r}.{own}" if self.creator is not None else own

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import asyncio
+import pickle
 from typing import Any
 
 from .._runtime import _messages as m
@@ -40,6 +41,18 @@ def _spawn_actor(rt: Runtime, msg: dict[str, Any]) -> None:
         g = msg["proc_addrs"].index(rt.address)
     except ValueError:
         return
+    why = rt.extra.get("bootstrap_error")
+    if why is None:
+        try:
+            msg["cls"], msg["args"], msg["kwargs"] = pickle.loads(msg.pop("body"))
+        except Exception as exc:  # noqa: BLE001 - reported as the actor's failure
+            why = (f"the actor class {msg['class_name']} (or its arguments) could not be loaded "
+                   f"in the proc: {type(exc).__name__}: {exc}")
+    else:
+        why = f"the proc's bootstrap failed: {why}"
+    if why is not None:
+        _spawn_failed(rt, msg, g, why)
+        return
     behavior = ActorBehavior(rt, msg, g)
     cell: Any
     if behavior.is_async:
@@ -51,19 +64,37 @@ def _spawn_actor(rt: Runtime, msg: dict[str, Any]) -> None:
     rt.add_cell(behavior.uid, cell)
 
 
+def _spawn_failed(rt: Runtime, msg: dict[str, Any], g: int, why: str) -> None:
+    """The actor cannot exist here: calls to it fail at once, and its owner is told."""
+    shape = msg["shape"]
+    local = shape.local_rank(g)
+    failure = MeshFailure(mesh_name=msg["uid"], ranks=[local], coords=[dict(shape.point(local))],
+                          actor_class=msg["class_name"], endpoint="__init__", host=rt.hostname,
+                          pid=rt.pid, cause=why)
+    rt.add_cell(msg["uid"], Tombstone(rt, msg["uid"], why, failure))
+    rt.send_reply(msg["ack"], g, m.OK, None)
+    rt.send_sys(msg["owner"], "actor_failed", uid=msg["uid"], rank=g, failure=failure,
+                owner_uid=msg["owner_uid"])
+
+
 class Tombstone:
     """What stays of a stopped actor: calls to it fail at once."""
 
-    def __init__(self, rt: Runtime, uid: str, reason: str) -> None:
+    def __init__(self, rt: Runtime, uid: str, reason: str,
+                 failure: MeshFailure | None = None) -> None:
         self.rt = rt
         self.uid = uid
         self.reason = reason
+        self.failure = failure
 
     def enqueue(self, env: tuple[Any, ...], frame: list[memoryview]) -> None:
         port = env[3]
         if port is not None:
-            msg = f"actor mesh {self.uid} was stopped ({self.reason})"
-            self.rt.send_reply(port, None, m.SUPERVISION, (msg, None))
+            if self.failure is not None:
+                msg = f"actor mesh {self.uid} failed: {self.reason}"
+            else:
+                msg = f"actor mesh {self.uid} was stopped ({self.reason})"
+            self.rt.send_reply(port, None, m.SUPERVISION, (msg, self.failure))
 
     def control(self, fn: Any) -> None:
         """Nothing runs in a stopped actor."""
@@ -79,6 +110,7 @@ def _stop_actor(rt: Runtime, msg: dict[str, Any]) -> None:
             rt.send_reply(port, None, m.OK, None)
         return
     rt.cells[uid] = Tombstone(rt, uid, msg.get("reason", "stopped"))
+    stop_owned(rt, uid)
 
     def finish() -> Any:
         result = behavior.cleanup(None)
@@ -89,6 +121,25 @@ def _stop_actor(rt: Runtime, msg: dict[str, Any]) -> None:
 
     cell.control(finish)
     cell.close()
+
+
+def stop_owned(rt: Runtime, owner_uid: str) -> None:
+    """A mesh never outlives its owner: stop what the actor ``owner_uid`` spawned."""
+    for info in rt.extra.get("proc_meshes", {}).values():
+        st = info["state"]
+        if info["owner_uid"] != owner_uid or st.stopped:
+            continue
+        st.stopped = "its owner stopped"
+        st.stopped_ranks.update(range(len(info["addr_list"])))
+        by_agent: dict[str, list[str]] = {}
+        for addr, agent in zip(info["addr_list"], info["agents"]):
+            by_agent.setdefault(agent, []).append(addr)
+        for agent, addrs in by_agent.items():
+            rt.send_sys(agent, "stop_procs", addrs=addrs, reason="its owner stopped", port=None)
+    for uid, rec in list(rt.extra.get("owned", {}).items()):
+        if rec["owner_uid"] == owner_uid:
+            for addr in {rec["proc_addrs"][g] for g in rec["shape"].ranks()}:
+                rt.send_sys(addr, "stop_actor", uid=uid, reason="its owner stopped", port=None)
 
 
 async def _then(coro: Any, after: Any) -> None:

@@ -234,6 +234,11 @@ class _Collector:
         """A member it waits on is gone: fail whatever is still pending."""
         self.fail(exc)
 
+    def waits_on(self, addr: str) -> bool:
+        """Whether a rank that has not answered yet lives at ``addr``."""
+        route = self.route
+        return any(a == addr and g in self.expected for g, a in zip(route.ranks, route.addrs))
+
 
 class _Gather(_Collector):
     def __init__(self, rt: Runtime, route: Route, label: str) -> None:

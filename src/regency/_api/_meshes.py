@@ -17,7 +17,7 @@ from .. import config
 from .._mesh import MeshTrait, Shape
 from .._runtime import _messages as m
 from .._runtime._completion import Completion
-from .._runtime._pickling import dumps
+from .._runtime._pickling import describe_unpicklable, dumps, dumps_inband
 from ..errors import SupervisionError
 from ._actor import Actor, EndpointProperty, NotAnEndpoint, endpoints_of, is_async_actor
 from ._bootstrap import runtime
@@ -40,7 +40,9 @@ class _MeshState:
     def __init__(self, n: int) -> None:
         self.ready = Completion("the mesh to start")
         self.waiting = n
-        self.stopped: str | None = None
+        self.stopped: str | None = None  # proc meshes: the whole mesh was stopped
+        self.stopped_ranks: set[int] = set()  # actor meshes: members stopped so far
+        self.stop_reason = ""
         if n == 0:
             self.ready.set_result(True)
 
@@ -127,8 +129,10 @@ class ActorMesh(MeshTrait):
     def _dead_reason(self, route: Route) -> str | None:
         rt = runtime()
         st = rt.extra.get("mesh_state", {}).get(self._uid)
-        if st is not None and st.stopped:
-            return f"mesh {self._uid} was stopped ({st.stopped})"
+        if st is not None and st.stopped_ranks:
+            hit = [g for g in route.ranks if g in st.stopped_ranks]
+            if hit:
+                return f"rank(s) {hit} of mesh {self._uid} were stopped ({st.stop_reason})"
         failed: dict[int, Any] = rt.extra.get("failed_ranks", {}).get(self._uid, {})
         dead = rt.dead_addrs
         if not failed and not dead:
@@ -150,9 +154,15 @@ class ActorMesh(MeshTrait):
         return Future._from(st.ready)
 
     def stop(self, reason: str = "stopped by client") -> Future[None]:
-        """Stop every member (``__cleanup__`` runs); later calls raise ``SupervisionError``."""
+        """Stop every member of this mesh or slice (``__cleanup__`` runs).
+
+        Later calls to the stopped members raise ``SupervisionError``; other members of the
+        mesh (outside a stopped slice) keep working.
+        """
         rt = runtime()
-        _state(self._uid).stopped = reason
+        st = _state(self._uid)
+        st.stopped_ranks.update(self._shape_.ranks())
+        st.stop_reason = reason
         rt.troubles += 1
         ranks = self._shape_.ranks()
         done = Completion(f"mesh {self._uid} to stop")
@@ -252,7 +262,12 @@ class ProcMesh(MeshTrait):
         st = _state(uid, len(shape))
         ack_port = _counting_port(st)
         rt.extra.setdefault("owned", {})[uid] = _owner_record(uid, Class, shape, self)
-        payload = {"uid": uid, "name": name, "cls": Class, "args": args, "kwargs": kwargs,
+        try:
+            body = dumps_inband((Class, args, kwargs))
+        except Exception as exc:
+            raise TypeError(f"spawn of {Class.__qualname__}: {describe_unpicklable(args, kwargs)}"
+                            ) from exc
+        payload = {"uid": uid, "name": name, "body": body, "class_name": _qualname(Class),
                    "shape": shape, "proc_addrs": self._proc_addrs, "owner": rt.contact,
                    "owner_uid": _owner_uid(), "creator": _creator(), "ack": ack_port,
                    "proc_mesh": self}
@@ -265,7 +280,7 @@ class ProcMesh(MeshTrait):
 
     def _check_alive(self) -> None:
         st = runtime().extra.get("mesh_state", {}).get(self._uid)
-        if st is not None and st.stopped:
+        if st is not None and st.stopped_ranks.intersection(self._shape_.ranks()):
             raise RuntimeError(f"`ProcMesh` {self._uid} has already been stopped")
         dead = runtime().dead_addrs
         bad = [g for g in self._shape_.ranks() if self._proc_addrs[g] in dead]
@@ -280,12 +295,17 @@ class ProcMesh(MeshTrait):
         """Stop every proc of the mesh and its actors (``__cleanup__`` runs)."""
         rt = runtime()
         st = _state(self._uid)
-        if st.stopped:
+        ranks = [g for g in self._shape_.ranks() if g not in st.stopped_ranks]
+        if not ranks:
             return completed(None)
-        st.stopped = reason
+        st.stopped_ranks.update(ranks)
+        st.stop_reason = reason
+        info = rt.extra.get("proc_meshes", {}).get(self._uid)
+        if info is not None and len(st.stopped_ranks) == len(info["addr_list"]):
+            st.stopped = reason
         rt.troubles += 1
         by_agent: dict[str, list[str]] = {}
-        for g in self._shape_.ranks():
+        for g in ranks:
             by_agent.setdefault(self._host_agents[g], []).append(self._proc_addrs[g])
         done = Completion(f"proc mesh {self._uid} to stop")
         left = {"n": len(by_agent)}
@@ -320,6 +340,10 @@ class ProcMesh(MeshTrait):
 
     def __repr__(self) -> str:
         return f"<ProcMesh {self._uid} {self._shape_.extent}>"
+
+
+def _qualname(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _check_spawnable(Class: Any) -> None:
@@ -360,7 +384,9 @@ def _owner_uid() -> str | None:
 def _creator() -> Any:
     ctx = _current.get(None)
     if ctx is None:
-        return None
+        from ._bootstrap import root_context
+
+        ctx = root_context()
     inst = ctx.actor_instance
     from ._context import Instance
 
@@ -379,11 +405,12 @@ def _proc_address(job: str, uid: str, rank: int, agent: str) -> str:
     Procs of a remote host (a worker, reached over tcp) get a logical ``via:`` name that their
     host agent resolves to the port they bound.
     """
+    short = uid.rsplit("-", 1)[-1]  # the random part: names may be long or odd
     if agent.startswith("tcp:"):
-        return f"via:{agent}/{uid}-{rank}"
+        return f"via:{agent}/{short}-{rank}"
     transport = str(config.get("default_transport"))
     if transport in ("unix", "ipc"):
-        return f"unix:@regency-{job}-{uid}-{rank}"
+        return f"unix:@regency-{job}-{short}-{rank}"
     if transport == "tcp":
         return f"tcp:127.0.0.1:{_free_port()}"
     raise ValueError(f"unknown transport {transport!r}; use 'unix' or 'tcp'")

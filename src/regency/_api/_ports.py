@@ -69,6 +69,8 @@ class PortReceiver(Generic[R]):
         self._once = once
 
     def _on_reply(self, env: tuple[Any, ...], frame: list[memoryview]) -> None:
+        if self._once:
+            runtime().close_port(self.port_id)  # a once port takes one message in total
         item = (env[2], env[3], decode(frame))
         with self._lock:
             if self._waiters:

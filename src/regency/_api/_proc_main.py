@@ -53,6 +53,8 @@ def run_proc(spec: dict[str, Any]) -> int:
 async def _serve(rt: Runtime, spec: dict[str, Any], stop: asyncio.Event) -> int:
     await rt.start(spec.get("bind", spec["addr"]), identity=spec["addr"])
     error = await _bootstrap(spec)
+    if error is not None:
+        rt.extra["bootstrap_error"] = error  # actors spawned here fail, saying why
     rt.send_sys(spec["host_agent"], "proc_ready", addr=rt.address, pid=os.getpid(), error=error,
                 physical=rt.bound_address)
     await stop.wait()

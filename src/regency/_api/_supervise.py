@@ -62,5 +62,5 @@ def fail_collectors(rt: Runtime, addr: str, failure: MeshFailure | None, why: st
     for port_id, targets in list(rt.port_targets.items()):
         if addr in targets:
             collector = collectors.get(port_id)
-            if collector is not None:
+            if collector is not None and collector.waits_on(addr):
                 collector.lost(SupervisionError(f"{collector.label} failed: {why}", failure))

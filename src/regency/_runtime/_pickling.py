@@ -85,6 +85,17 @@ def dumps_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[bytes, Bu
     return _dumps((args, kwargs))
 
 
+def dumps_inband(obj: Any) -> bytes:
+    """One self-contained pickle (no out-of-band buffers), by value for ``__main__`` things."""
+    try:
+        data = pickle.dumps(obj, protocol=5)
+        if _MAIN not in data:
+            return data
+    except Exception:  # noqa: BLE001 - any failure means: try by value
+        pass
+    return cloudpickle.dumps(obj, protocol=5)
+
+
 def _is_large_bytes(value: Any) -> bool:
     return isinstance(value, (bytes, bytearray)) and len(value) >= OOB_THRESHOLD
 

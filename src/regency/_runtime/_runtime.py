@@ -251,7 +251,7 @@ class Runtime:
 
     async def _resolve(self, logical: str) -> str:
         """The physical address of a ``via:AGENT/NAME`` proc, asked of its host agent."""
-        agent, _, name = logical[len("via:"):].rpartition("/")
+        agent, _, name = logical[len("via:"):].partition("/")
         fut: asyncio.Future[Any] = self.loop.create_future()
 
         def on_reply(env: tuple[Any, ...], frame: list[memoryview]) -> None:

@@ -451,7 +451,7 @@ class SupervisionState:
         self._unreachable.pop(ev.addr, None)
         loss = _E if ev.expected else _C
         failures: dict[str, MeshFailure | None] = {}
-        deliveries: list[Action] = []
+        reports: list[tuple[_Mesh, MeshFailure]] = []
         for uid, ranks in self._hosted.get(ev.addr, {}).items():
             mesh = self._meshes[uid]
             stopped_why = self._stopped_why(mesh, ev.addr)
@@ -464,7 +464,7 @@ class SupervisionState:
                 mesh.failures.update(dict.fromkeys(moved, failure))
                 failures[uid] = failure
                 if report:
-                    deliveries.append(self._deliver(mesh, failure, ev.cause_id))
+                    reports.append((mesh, failure))
         failing = _Failing()
         for call in self._calls_on(ev.addr):
             ranks = call.ranks_on(ev.addr)
@@ -475,7 +475,9 @@ class SupervisionState:
                 failures[call.uid] = self._proc_failure(call.uid, ranks, "", ev)
             self._fail(failing, call, say.subject(call.uid, ranks) + " " + why,
                        failures[call.uid])
-        return self._fail_actions(failing, ev.cause_id) + deliveries
+        actions = self._fail_actions(failing, ev.cause_id)  # calls first, then the owners
+        actions += [self._deliver(mesh, failure, ev.cause_id) for mesh, failure in reports]
+        return actions
 
     def _on_connection_lost(self, ev: ConnectionLost) -> list[Action]:
         addr = ev.addr
@@ -636,8 +638,15 @@ class SupervisionState:
     # -- the story -------------------------------------------------------------------------------
     def _act(self, action: Action, *keys: StoryKey) -> Action:
         """Record ``action`` in the story (mentioning ``keys`` too) and return it."""
-        self._story.record(action, [*_keys_of(action), *keys])
+        self._story.record(action, [*_keys_of(action), *self._addr_keys(action), *keys])
         return action
+
+    def _addr_keys(self, item: Event | Action) -> list[StoryKey]:
+        """The meshes and calls behind the proc address ``item`` names, if it names one."""
+        addr = getattr(item, "addr", None)
+        if addr is None:
+            return []
+        return [*self._hosted.get(addr, {}), *(call.uid for call in self._calls_on(addr))]
 
     def _keys_of_event(self, event: Event) -> list[StoryKey]:
         """What ``event`` mentions, including the mesh and procs behind a call or a failure id."""
@@ -652,7 +661,7 @@ class SupervisionState:
         delivery = self._deliveries.get(getattr(event, "failure_id", ""))
         if delivery is not None:
             keys.append(delivery.uid)
-        return keys
+        return keys + self._addr_keys(event)  # a proc's fate is part of its meshes' story
 
     def _invalid(self, event: Event, why: str) -> InvalidTransition:
         return InvalidTransition(event, why, self._story.about(*self._keys_of_event(event)))
