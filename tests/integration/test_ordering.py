@@ -91,3 +91,47 @@ def test_actor_in_controller_process_as_sender(recorders) -> None:
     sender = driver.drive.call_one(recorders, plan).get(timeout=T)
     _check(recorders, sender, plan)
     driver.stop().get(timeout=T)
+
+
+# -- through a multicast relay tree ------------------------------------------------------------
+@pytest.fixture
+def tree_recorders():
+    """8 recorders with a cast fan-out of 2: casts travel down a relay tree (depth 3), while
+    point calls go straight to their actor, which is how a point call could overtake a cast."""
+    from regency.config import configured
+
+    with configured(max_cast_fanout=2):
+        procs = this_host().spawn_procs(per_host={"gpus": 8}, name="tree")
+        try:
+            yield procs, procs.spawn("tree_rec", Recorder)
+        finally:
+            procs.stop().get(timeout=T)
+
+
+def _check_n(recorders, sender: str, plan, n: int) -> None:
+    expected = expected_per_rank(n, plan)
+    seen = list(recorders.get_seen.call().get(timeout=T).values())
+    for rank in range(n):
+        assert seen[rank].get(sender, []) == expected[rank], f"rank {rank} out of order"
+
+
+def test_order_through_a_relay_tree_from_the_controller(tree_recorders) -> None:
+    from regency.config import configured
+
+    _procs, recorders = tree_recorders
+    plan = ordering_plan(8, MESSAGES, 8)
+    with configured(max_cast_fanout=2):
+        for f in run_ordering_plan(recorders, "controller", plan):
+            f.get(timeout=T)
+        _check_n(recorders, "controller", plan, 8)
+
+
+def test_order_through_a_relay_tree_from_an_actor(tree_recorders) -> None:
+    from regency.config import configured
+
+    procs, recorders = tree_recorders
+    plan = ordering_plan(8, MESSAGES, 9)
+    with configured(max_cast_fanout=2):
+        driver = procs.slice(gpus=5).spawn("tree_driver", OrderingDriver)
+        sender = driver.drive.call_one(recorders, plan).get(timeout=T)
+        _check_n(recorders, sender, plan, 8)

@@ -12,6 +12,7 @@ import asyncio
 import pickle
 from typing import Any
 
+from .. import config
 from .._runtime import _messages as m
 from .._runtime._cell import AsyncCell, SyncCell
 from .._runtime._runtime import Runtime
@@ -41,6 +42,7 @@ def _spawn_actor(rt: Runtime, msg: dict[str, Any]) -> None:
         g = msg["proc_addrs"].index(rt.address)
     except ValueError:
         return
+    _register_tree(rt, msg, g)
     why = rt.extra.get("bootstrap_error")
     if why is None:
         try:
@@ -62,6 +64,17 @@ def _spawn_actor(rt: Runtime, msg: dict[str, Any]) -> None:
     ack = msg["ack"]
     cell.control(lambda: behavior.init(ack))
     rt.add_cell(behavior.uid, cell)
+
+
+def _register_tree(rt: Runtime, msg: dict[str, Any], g: int) -> None:
+    """Remember the mesh's relay tree: this proc forwards casts to its children."""
+    from .._runtime._relay import Tree
+
+    shape = msg["shape"]
+    fanout = int(msg.get("fanout") or config.get("max_cast_fanout"))
+    if len(shape) > fanout:
+        ranks = shape.ranks()
+        rt.trees[msg["uid"]] = (Tree(ranks, [msg["proc_addrs"][r] for r in ranks], fanout), g)
 
 
 def _spawn_failed(rt: Runtime, msg: dict[str, Any], g: int, why: str) -> None:

@@ -120,10 +120,11 @@ class Endpoint(Generic[R]):
             if isinstance(reply, _Collector):
                 reply.close()
             raise
-        env = pickle.dumps((m.CALL, mesh._uid, self._name, port, route.cast, _sender()), 5)
+        fanout = route.tree.fanout if route.tree is not None else 0
+        env = pickle.dumps((m.CALL, mesh._uid, self._name, port, route.cast, _sender(), fanout), 5)
         frame = [env, data, *buffers]
         post = rt.post  # written by this thread, in order: a later point call cannot overtake
-        for addr in route.addrs:
+        for addr in route.current_hops(rt.dead_addrs) if rt.troubles else route.hops:
             post(addr, frame)
 
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:

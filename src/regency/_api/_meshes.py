@@ -18,6 +18,7 @@ from .._mesh import MeshTrait, Shape
 from .._runtime import _messages as m
 from .._runtime._completion import Completion
 from .._runtime._pickling import describe_unpicklable, dumps, dumps_inband
+from .._runtime._relay import Tree
 from ..errors import SupervisionError
 from ._actor import Actor, EndpointProperty, NotAnEndpoint, endpoints_of, is_async_actor
 from ._bootstrap import runtime
@@ -56,17 +57,36 @@ def _state(uid: str, n: int = 0) -> _MeshState:
 
 
 class Route:
-    """The members of a (sliced) mesh: ranks, their procs' addresses, the cast header."""
+    """The members of a (sliced) mesh: ranks, their procs' addresses, the cast header.
 
-    __slots__ = ("addrs", "cast", "ranks", "shape", "targets")
+    ``hops`` are the addresses the sender writes to: the members themselves, or for a mesh
+    larger than the fan-out, the first relays of its tree (``tree``).
+    """
 
-    def __init__(self, shape: Shape, proc_addrs: tuple[str, ...]) -> None:
+    __slots__ = ("addrs", "cast", "hops", "ranks", "shape", "targets", "tree")
+
+    def __init__(self, shape: Shape, proc_addrs: tuple[str, ...], tree: Tree | None) -> None:
         s = shape.slice
         self.shape = shape
         self.ranks = tuple(shape.ranks())
         self.addrs = [proc_addrs[g] for g in self.ranks]
         self.targets = frozenset(self.addrs)
         self.cast = (shape.labels, s.offset, s.sizes, s.strides)
+        self.tree = tree
+        self.hops = self.addrs if tree is None else tree.next_hops(-1, self.cast, ())
+
+    def current_hops(self, dead: dict[str, str]) -> list[str]:
+        """``hops``, routing around relays known to be dead."""
+        if self.tree is None or not dead:
+            return self.hops
+        return self.tree.next_hops(-1, self.cast, dead)
+
+
+def _tree_for(full: Shape, proc_addrs: tuple[str, ...], fanout: int) -> Tree | None:
+    if len(full) <= fanout:
+        return None
+    ranks = full.ranks()
+    return Tree(ranks, [proc_addrs[g] for g in ranks], fanout)
 
 
 class ActorMesh(MeshTrait):
@@ -77,13 +97,17 @@ class ActorMesh(MeshTrait):
     """
 
     def __init__(self, uid: str, name: str, cls: type, shape: Shape,
-                 proc_addrs: tuple[str, ...]) -> None:
+                 proc_addrs: tuple[str, ...], full_shape: Shape | None = None,
+                 fanout: int = 0, tree: Tree | None = None) -> None:
         self._uid = uid
         self._mesh_name = name
         self._cls = cls
         self._class_name = f"{cls.__module__}.{cls.__qualname__}"
         self._shape_ = shape
         self._proc_addrs = proc_addrs
+        self._full_shape = full_shape or shape
+        self._fanout = fanout or int(config.get("max_cast_fanout"))
+        self._tree = tree or _tree_for(self._full_shape, proc_addrs, self._fanout)
         self._install_endpoints()
 
     @property
@@ -91,7 +115,7 @@ class ActorMesh(MeshTrait):
         """Where a message to this (sliced) mesh goes; computed once per mesh object."""
         route = self.__dict__.get("_route_")
         if route is None:
-            route = self.__dict__["_route_"] = Route(self._shape_, self._proc_addrs)
+            route = self.__dict__["_route_"] = Route(self._shape_, self._proc_addrs, self._tree)
         return route
 
     def _member_route(self, local: int) -> Route:
@@ -102,7 +126,7 @@ class ActorMesh(MeshTrait):
             shape = self._shape_
             coords = shape.slice.coordinates(local)
             one = shape.select(**{lab: slice(c, c + 1) for lab, c in zip(shape.labels, coords)})
-            route = cache[local] = Route(one, self._proc_addrs)
+            route = cache[local] = Route(one, self._proc_addrs, self._tree)
         return route
 
     def _install_endpoints(self) -> None:
@@ -124,7 +148,8 @@ class ActorMesh(MeshTrait):
         return self._uid
 
     def _new_with_shape(self, shape: Shape) -> ActorMesh:
-        return ActorMesh(self._uid, self._mesh_name, self._cls, shape, self._proc_addrs)
+        return ActorMesh(self._uid, self._mesh_name, self._cls, shape, self._proc_addrs,
+                         self._full_shape, self._fanout, self._tree)
 
     def _dead_reason(self, route: Route) -> str | None:
         rt = runtime()
@@ -187,7 +212,8 @@ class ActorMesh(MeshTrait):
         return Future._from(done)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (ActorMesh, (self._uid, self._mesh_name, self._cls, self._shape_, self._proc_addrs))
+        return (ActorMesh, (self._uid, self._mesh_name, self._cls, self._shape_, self._proc_addrs,
+                            self._full_shape, self._fanout))
 
     def __repr__(self) -> str:
         return f"<ActorMesh {self._uid} {self._class_name} {self._shape_.extent}>"
@@ -267,7 +293,9 @@ class ProcMesh(MeshTrait):
         except Exception as exc:
             raise TypeError(f"spawn of {Class.__qualname__}: {describe_unpicklable(args, kwargs)}"
                             ) from exc
+        fanout = int(config.get("max_cast_fanout"))
         payload = {"uid": uid, "name": name, "body": body, "class_name": _qualname(Class),
+                   "fanout": fanout,
                    "shape": shape, "proc_addrs": self._proc_addrs, "owner": rt.contact,
                    "owner_uid": _owner_uid(), "creator": _creator(), "ack": ack_port,
                    "proc_mesh": self}
@@ -275,7 +303,7 @@ class ProcMesh(MeshTrait):
         frame = [pickle.dumps((m.SYS, "spawn_actor")), data, *buffers]
         for g in shape.ranks():
             rt.post(self._proc_addrs[g], frame)
-        mesh = ActorMesh(uid, name, Class, shape, self._proc_addrs)
+        mesh = ActorMesh(uid, name, Class, shape, self._proc_addrs, shape, fanout)
         return mesh  # type: ignore[return-value]
 
     def _check_alive(self) -> None:

@@ -68,6 +68,7 @@ class Runtime:
         self.ports: dict[int, PortHandler] = {}
         self.port_targets: dict[int, frozenset[str]] = {}  # port -> addrs it waits on
         self.cells: dict[str, Any] = {}
+        self.trees: dict[str, tuple[Any, int]] = {}  # mesh uid -> (relay Tree, our rank)
         self.held: dict[str, list[tuple[tuple[Any, ...], list[memoryview]]]] = {}
         self.sys_handlers: dict[str, SysHandler] = {}
         self.peer_lost_hooks: list[Callable[[str, BaseException | None], None]] = []
@@ -152,15 +153,29 @@ class Runtime:
             if handler is not None:
                 handler(env, frame)
         elif kind == m.CALL:
-            cell = self.cells.get(env[1])
-            if cell is not None:
-                cell.enqueue(env, frame)
-            else:
-                self._hold(env, frame)
+            self._dispatch_call(env, frame)
         elif kind == m.SYS:
             self._on_sys(env[1], frame)
         else:
             log.warning("regency: dropping frame of unknown kind %r", kind)
+
+    def _dispatch_call(self, env: tuple[Any, ...], frame: list[memoryview]) -> None:
+        uid = env[1]
+        if env[6]:  # a relayed cast: forward it down the tree, then keep it if it is ours
+            relay = self.trees.get(uid)
+            if relay is None:
+                self._hold(env, frame)
+                return
+            tree, me = relay
+            for addr in tree.next_hops(tree.pos_of[me], env[4], self.dead_addrs):
+                self.router.send(addr, frame)
+            if not tree.is_target(me, env[4]):
+                return
+        cell = self.cells.get(uid)
+        if cell is not None:
+            cell.enqueue(env, frame)
+        else:
+            self._hold(env, frame)
 
     def _on_sys(self, kind: str, frame: list[memoryview]) -> None:
         handler = self.sys_handlers.get(kind)
@@ -192,7 +207,7 @@ class Runtime:
         """Register an actor cell and hand it the messages that arrived before it."""
         self.cells[uid] = cell
         for env, frame in self.held.pop(uid, []):
-            cell.enqueue(env, frame)
+            self._dispatch_call(env, frame)
 
     # -- failures of peers ----------------------------------------------------------------------
     def _on_peer_lost(self, addr: str, exc: BaseException | None) -> None:

@@ -1,0 +1,116 @@
+"""The reader's side of data connections: a pool of authenticated sockets per owner address,
+and chunked reads and writes over them (straight into / out of the local memory)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+
+from . import _proto as p
+from ._errors import BufferDroppedError, RDMAError
+from ._handle import Descriptor
+from ._sockets import connect, recv_exact
+
+__all__ = ["Pool", "transfer"]
+
+
+class Pool:
+    """Idle data connections by owner address (one in use per transfer stream)."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self._lock = threading.Lock()
+        self._idle: dict[tuple[str, bytes], list[socket.socket]] = {}
+
+    def take(self, address: str, secret: bytes, timeout: float) -> socket.socket:
+        with self._lock:
+            idle = self._idle.get((address, secret))
+            if idle:
+                return idle.pop()
+        identity = f"pid {os.getpid()} on {socket.gethostname()}"
+        return connect(address, secret, p.VERSION, identity, timeout)
+
+    def give(self, address: str, secret: bytes, sock: socket.socket) -> None:
+        sock.settimeout(None)
+        with self._lock:
+            self._idle.setdefault((address, secret), []).append(sock)
+
+    def forget(self, address: str) -> None:
+        """Close the idle connections to ``address``."""
+        with self._lock:
+            for (addr, secret), socks in list(self._idle.items()):
+                if addr == address:
+                    for s in socks:
+                        s.close()
+                    del self._idle[(addr, secret)]
+
+
+def _remaining(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("the transfer did not finish in time")
+    return left
+
+
+def _reply(sock: socket.socket, deadline: float) -> int:
+    sock.settimeout(_remaining(deadline))
+    status, n, value = p.REPLY.unpack(recv_exact(sock, p.REPLY.size))
+    text = recv_exact(sock, n).decode(errors="replace") if n else ""
+    if status == p.DROPPED:
+        raise BufferDroppedError(text)
+    if status != p.OK:
+        raise RDMAError(text or f"data-plane error {status}")
+    return int(value)
+
+
+def _recv(sock: socket.socket, view: memoryview, deadline: float) -> None:
+    got, n = 0, len(view)
+    while got < n:
+        sock.settimeout(_remaining(deadline))
+        k = sock.recv_into(view[got:], n - got)
+        if k == 0:
+            raise ConnectionResetError("data connection closed in the middle of a transfer")
+        got += k
+
+
+def _send(sock: socket.socket, view: memoryview, deadline: float) -> None:
+    step = 16 << 20
+    for start in range(0, len(view), step):
+        sock.settimeout(_remaining(deadline))
+        sock.sendall(view[start:start + step])
+
+
+def transfer(pool: Pool, address: str, secret: bytes, desc: Descriptor, op: int,
+             view: memoryview, offset: int, deadline: float) -> None:
+    """Read (``op=READ``) or write ``view`` at ``offset`` of the remote buffer.
+
+    Raises:
+        BufferDroppedError: the owner no longer has the buffer.
+        RDMAError: the owner refused (read-only, range) or the connection failed.
+        TimeoutError: ``deadline`` passed.
+    """
+    sock = pool.take(address, secret, _remaining(deadline))
+    reusable = False
+    try:
+        sock.settimeout(_remaining(deadline))
+        sock.sendall(p.REQUEST.pack(p.MAGIC, op, desc.reg_id, desc.key, offset, len(view)))
+        try:
+            _reply(sock, deadline)
+        except RDMAError:
+            reusable = True  # an error reply leaves the connection in a clean state
+            raise
+        if op == p.READ:
+            _recv(sock, view, deadline)
+        else:
+            _send(sock, view, deadline)
+            _reply(sock, deadline)
+        reusable = True
+    except socket.timeout:
+        raise TimeoutError("the transfer did not finish in time") from None
+    finally:
+        if reusable:
+            pool.give(address, secret, sock)
+        else:
+            sock.close()

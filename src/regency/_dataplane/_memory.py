@@ -1,0 +1,152 @@
+"""Memory the data plane can address: what a buffer registers and what a transfer fills.
+
+Every supported object becomes a :class:`Region`: a start address, a length in bytes, a
+read-only flag and the object that keeps the memory alive. Two sets of rules apply:
+
+* :func:`buffer_region` (``RDMABuffer(obj)``), as in Monarch: a 1-D contiguous torch tensor or
+  numpy array, a ``bytearray``, or a 1-D contiguous memoryview (or any other 1-D contiguous
+  buffer-protocol object, such as ``mmap``). Size 0, more than one dimension and strides are
+  ``ValueError``. Read-only memory (``bytes``, a read-only view) is accepted and makes a
+  read-only buffer: ``write_from`` into it is refused.
+* :func:`local_region` (the ``dst`` of ``read_into``, the ``src`` of ``write_from``): any
+  contiguous tensor, array or buffer-protocol object, of any shape; ``dst`` must be writable.
+
+Torch is optional: it is looked up in ``sys.modules`` only, never imported here.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Region", "buffer_region", "local_region"]
+
+
+@dataclass(frozen=True)
+class Region:
+    """A contiguous range of this process's memory, kept alive by ``keep``."""
+
+    address: int
+    nbytes: int
+    readonly: bool
+    keep: Any
+    kind: str  # "torch", "numpy", "bytearray", "memoryview", "bytes", ...
+    dtype: str = "uint8"
+
+    def view(self) -> memoryview:
+        """The bytes as a flat memoryview (for socket I/O); keep ``self`` alive meanwhile."""
+        if self.nbytes == 0:
+            return memoryview(b"")
+        mv = memoryview((ctypes.c_char * self.nbytes).from_address(self.address)).cast("B")
+        return mv.toreadonly() if self.readonly else mv
+
+
+class _PyBuffer(ctypes.Structure):
+    _fields_ = [("buf", ctypes.c_void_p), ("obj", ctypes.c_void_p),
+                ("len", ctypes.c_ssize_t), ("itemsize", ctypes.c_ssize_t),
+                ("readonly", ctypes.c_int), ("ndim", ctypes.c_int),
+                ("format", ctypes.c_char_p), ("shape", ctypes.c_void_p),
+                ("strides", ctypes.c_void_p), ("suboffsets", ctypes.c_void_p),
+                ("internal", ctypes.c_void_p)]
+
+
+_get_buffer = ctypes.pythonapi.PyObject_GetBuffer
+_get_buffer.argtypes = [ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int]
+_get_buffer.restype = ctypes.c_int
+_release_buffer = ctypes.pythonapi.PyBuffer_Release
+_release_buffer.argtypes = [ctypes.POINTER(_PyBuffer)]
+_release_buffer.restype = None
+
+
+def _address_of(mv: memoryview) -> int:
+    """Start address of a C-contiguous memoryview (read-only ones too)."""
+    pb = _PyBuffer()
+    if _get_buffer(mv, ctypes.byref(pb), 0) != 0:  # PyBUF_SIMPLE: contiguous, raises otherwise
+        raise ValueError("memory is not contiguous")
+    try:
+        return int(pb.buf or 0)
+    finally:
+        _release_buffer(ctypes.byref(pb))
+
+
+def _torch_tensor(obj: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(obj, torch.Tensor)
+
+
+def _numpy_array(obj: Any) -> bool:
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(obj, np.ndarray)
+
+
+def _torch_region(t: Any, what: str, need_1d: bool) -> Region:
+    dev = t.device.type
+    if dev == "cuda":
+        raise NotImplementedError(
+            f"{what}: CUDA tensors are not supported by regency's data plane yet (no CUDA IPC "
+            "or GPUDirect path); copy to a CPU tensor (pinned for speed) first")
+    if dev != "cpu":
+        raise ValueError(f"{what}: tensors on device {dev!r} are not supported (CPU only)")
+    if need_1d and t.dim() != 1:
+        raise ValueError(f"{what}: the tensor must be 1-D, got shape {tuple(t.shape)}; "
+                         "view it as bytes with t.view(torch.uint8).flatten()")
+    if not t.is_contiguous():
+        raise ValueError(f"{what}: the tensor must be contiguous (strides {t.stride()}); "
+                         "call .contiguous() first")
+    return Region(int(t.data_ptr()), int(t.numel() * t.element_size()), False, t, "torch",
+                  str(t.dtype).removeprefix("torch."))
+
+
+def _array_region(a: Any, what: str, need_1d: bool) -> Region:
+    if need_1d and a.ndim != 1:
+        raise ValueError(f"{what}: the array must be 1-D, got shape {a.shape}; "
+                         "view it as bytes with a.reshape(-1).view(numpy.uint8)")
+    if not a.flags.c_contiguous:
+        raise ValueError(f"{what}: the array must be C-contiguous (strides {a.strides}); "
+                         "use numpy.ascontiguousarray first")
+    return Region(int(a.ctypes.data), int(a.nbytes), not a.flags.writeable, a, "numpy",
+                  str(a.dtype))
+
+
+def _bytes_region(obj: Any, what: str, need_1d: bool) -> Region:
+    try:
+        mv = memoryview(obj)
+    except TypeError:
+        raise TypeError(
+            f"{what}: expected a torch.Tensor, numpy.ndarray, bytearray or memoryview "
+            f"(any contiguous buffer), got {type(obj).__name__}") from None
+    if need_1d and mv.ndim > 1:
+        raise ValueError(f"{what}: the memoryview must be 1-D, got shape {mv.shape}; "
+                         "use .cast('B') first")
+    if not mv.c_contiguous:
+        raise ValueError(f"{what}: the memory must be C-contiguous (strides {mv.strides})")
+    addr = _address_of(mv) if mv.nbytes else 0
+    kind = type(obj).__name__
+    return Region(addr, mv.nbytes, mv.readonly, mv, kind)
+
+
+def _region(obj: Any, what: str, need_1d: bool) -> Region:
+    if _torch_tensor(obj):
+        return _torch_region(obj, what, need_1d)
+    if _numpy_array(obj):
+        return _array_region(obj, what, need_1d)
+    return _bytes_region(obj, what, need_1d)
+
+
+def buffer_region(obj: Any) -> Region:
+    """The memory ``RDMABuffer(obj)`` registers, checked by Monarch's rules."""
+    region = _region(obj, "RDMABuffer", need_1d=True)
+    if region.nbytes == 0:
+        raise ValueError("RDMABuffer: cannot register an empty buffer (size 0)")
+    return region
+
+
+def local_region(obj: Any, *, writable: bool, what: str) -> Region:
+    """The local side of a transfer (``dst`` when ``writable``, else ``src``)."""
+    region = _region(obj, what, need_1d=False)
+    if writable and region.readonly:
+        raise ValueError(f"{what}: the destination is read-only ({region.kind}); "
+                         "pass writable memory (bytearray, writable array or tensor)")
+    return region

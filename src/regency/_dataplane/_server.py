@@ -1,0 +1,129 @@
+"""The owner's data-plane server: threads that serve reads and writes of registered memory.
+
+Started in a process when it registers its first buffer. It listens on a Unix socket (an
+abstract name: same host) and on TCP (other hosts, or when TCP is forced), accepts
+authenticated data connections and serves each with a thread of its own, with blocking
+sockets that read straight into, and send straight from, the registered memory. The
+process's event loop and actors are never involved, so a transfer of any size does not delay
+the control plane (the socket calls release the GIL).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import threading
+
+from .._wire import ServerHandshake
+from . import _proto as p
+from ._errors import BufferDroppedError
+from ._registry import Registry
+from ._sockets import handshake, listen, recv_exact, recv_into_exact
+
+log = logging.getLogger("regency.dataplane")
+
+__all__ = ["DataServer"]
+
+CHUNK = 16 << 20
+
+
+class DataServer:
+    """Listens for data connections and serves them from a registry."""
+
+    def __init__(self, secret: bytes, registry: Registry, *, job: str, tcp_host: str) -> None:
+        self.secret = secret
+        self.registry = registry
+        self.pid = os.getpid()
+        self._listeners: list[socket.socket] = []
+        self.closed = False
+        token = secrets.token_hex(4)
+        self.unix: str | None = None
+        try:
+            sock, self.unix = listen(f"unix:@regency-data-{job}-{os.getpid()}-{token}")
+            self._serve_listener(sock)
+        except OSError as exc:  # no abstract sockets here: TCP only
+            log.info("regency: no Unix data socket (%s)", exc)
+        sock, self.tcp = listen(f"tcp:{tcp_host}:0")
+        self._serve_listener(sock)
+
+    def _serve_listener(self, sock: socket.socket) -> None:
+        self._listeners.append(sock)
+        threading.Thread(target=self._accept_loop, args=(sock,), daemon=True,
+                         name="regency-data-accept").start()
+
+    def _accept_loop(self, lsock: socket.socket) -> None:
+        while not self.closed:
+            try:
+                conn, _ = lsock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True,
+                             name="regency-data-conn").start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            if conn.family != socket.AF_UNIX:
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            handshake(conn, ServerHandshake(self.secret, p.VERSION))
+            while self._one_request(conn):
+                pass
+        except Exception as exc:  # noqa: BLE001 - a bad peer must not take anything down
+            if not isinstance(exc, (ConnectionError, OSError)):
+                log.warning("regency: data connection ended: %s", exc)
+        finally:
+            conn.close()
+
+    def _one_request(self, conn: socket.socket) -> bool:
+        head = conn.recv(p.REQUEST.size, socket.MSG_WAITALL)
+        if not head:
+            return False  # the reader closed its pooled connection
+        if len(head) < p.REQUEST.size:
+            head += recv_exact(conn, p.REQUEST.size - len(head))
+        magic, op, reg_id, key, offset, length = p.REQUEST.unpack(head)
+        if magic != p.MAGIC:
+            raise ConnectionError("bad data-plane request")
+        try:
+            reg = self.registry.lookup(reg_id, key)
+            region = reg.region
+            if offset + length > region.nbytes:
+                raise ValueError(f"range {offset}+{length} is past the end of RDMABuffer "
+                                 f"{reg_id} ({region.nbytes} bytes)")
+            if op == p.WRITE and region.readonly:
+                raise ValueError(f"RDMABuffer {reg_id} is read-only")
+            if op not in (p.READ, p.WRITE, p.CHECK):
+                raise ValueError(f"unknown data-plane operation {op}")
+        except BufferDroppedError as exc:
+            _reply(conn, p.DROPPED, str(exc))
+            return True
+        except ValueError as exc:
+            _reply(conn, p.ERROR, str(exc))
+            return True
+        view = region.view()  # ``reg`` keeps the memory alive until we are done
+        if op == p.CHECK:
+            _reply(conn, p.OK, value=region.nbytes)
+        elif op == p.READ:
+            _reply(conn, p.OK, value=length)
+            for start in range(offset, offset + length, CHUNK):
+                conn.sendall(view[start:min(start + CHUNK, offset + length)])
+        else:
+            _reply(conn, p.OK)
+            recv_into_exact(conn, view[offset:offset + length])
+            _reply(conn, p.OK, value=length)
+        return True
+
+    def close(self) -> None:
+        """Stop accepting (connections in progress finish on their own)."""
+        self.closed = True
+        for sock in self._listeners:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
+
+def _reply(conn: socket.socket, status: int, text: str = "", value: int = 0) -> None:
+    data = text.encode()[: p.MAX_TEXT]
+    conn.sendall(p.REPLY.pack(status, len(data), value) + data)

@@ -1,0 +1,272 @@
+"""Running one-sided transfers on the reader's side: pick the transport, move the bytes.
+
+Theory of operation
+-------------------
+``start(op, desc, local, ...)`` validates sizes at once (``ValueError`` to the caller), then
+returns a :class:`Completion` that a data-plane thread of this process completes. Small
+``local`` and ``vm`` copies (up to ``INLINE_BYTES``) run on the calling thread instead: a
+thread hop would cost more than the copy. Nothing here runs on, or waits for, an event loop,
+and the owner's code never runs (its data-plane server threads serve socket transports).
+
+* ``local``: look the registration up in this process and ``memmove``.
+* ``vm``: read the owner's validity slot (one 8-byte ``process_vm_readv``), copy with
+  ``process_vm_readv``/``writev`` (split over a few threads for large copies), read the slot
+  again: a buffer dropped meanwhile is an error, never silently stale data. If the kernel
+  refuses (ptrace rules), remember it for that owner, warn once, and use a socket instead.
+* ``unix``/``tcp``: a pooled, authenticated data connection to the owner's data-plane server;
+  large transfers are striped over ``REGENCY_RDMA_STREAMS`` connections.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from .._runtime._completion import Completion
+from . import _proto as p
+from . import _vm
+from ._choice import TransportChoice, choose
+from ._client import Pool, transfer
+from ._errors import BufferDroppedError, RDMAError, RDMATcpFallbackWarning
+from ._handle import Descriptor
+from ._identity import peer_info
+from ._memory import Region
+from ._registry import peek
+
+__all__ = ["INLINE_BYTES", "READ", "WRITE", "current_choice", "start"]
+
+READ, WRITE = p.READ, p.WRITE
+INLINE_BYTES = 1 << 20
+_MIN_PIECE = 32 << 20  # split vm/socket transfers into pieces no smaller than this
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return max(1, int(os.environ.get(name, default)))
+    except ValueError:
+        return default
+
+
+class _State:
+    """Per-process reader state (rebuilt after fork)."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.pool = Pool()
+        self.executor = ThreadPoolExecutor(max_workers=16, thread_name_prefix="regency-data")
+        self.vm_denied: set[tuple[str, int]] = set()
+        self.warned = False
+
+
+_state: _State | None = None
+_state_lock = threading.Lock()
+
+
+def _st() -> _State:
+    global _state
+    st = _state
+    if st is None or st.pid != os.getpid():
+        with _state_lock:
+            if _state is None or _state.pid != os.getpid():
+                _state = _State()
+            st = _state
+    return st
+
+
+def _forced(transport: str | None) -> str | None:
+    return transport or os.environ.get("REGENCY_RDMA_TRANSPORT") or None
+
+
+def current_choice(desc: Descriptor, transport: str | None = None) -> TransportChoice:
+    """The transport this process would use for ``desc`` now."""
+    st = _st()
+    owner = desc.owner
+    denied = (owner.host_key, owner.pid) in st.vm_denied
+    return choose(peer_info(), owner, has_unix=desc.unix is not None, vm_denied=denied,
+                  forced=_forced(transport))
+
+
+def _check_sizes(op: int, desc: Descriptor, local: Region) -> None:
+    if op == READ and local.nbytes < desc.size:
+        raise ValueError(f"destination local memory size ({local.nbytes}) must be >= remote "
+                         f"buffer size ({desc.size})")
+    if op == WRITE:
+        if local.nbytes > desc.size:
+            raise ValueError(f"source local memory size ({local.nbytes}) must be <= remote "
+                             f"buffer size ({desc.size})")
+        if desc.readonly:
+            raise ValueError(f"RDMABuffer {desc.reg_id} is read-only (it was registered from "
+                             "read-only memory); write_from is not allowed")
+
+
+def start(op: int, desc: Descriptor, local: Region, *, timeout: float,
+          transport: str | None, secret: bytes, dead: Callable[[], str | None]) -> Completion:
+    """Begin a transfer; returns its completion (value None).
+
+    ``dead()`` says why the owner is known dead (None while it is not).
+
+    Raises:
+        ValueError: sizes or a forced transport do not fit (nothing was started).
+    """
+    _check_sizes(op, desc, local)
+    choice = current_choice(desc, transport)
+    nbytes = desc.size if op == READ else local.nbytes
+    verb = "read_into" if op == READ else "write_from"
+    done = Completion(f"RDMABuffer {desc.reg_id} {verb} of {nbytes} bytes over {choice.name}")
+    deadline = time.monotonic() + timeout
+    job = _Job(op, desc, local, nbytes, deadline, choice, transport, secret, dead, done)
+    if choice.name in ("local", "vm") and nbytes <= INLINE_BYTES:
+        job.run()
+    else:
+        _st().executor.submit(job.run)
+    return done
+
+
+class _Job:
+    """One transfer, run on whichever thread calls ``run``."""
+
+    def __init__(self, op: int, desc: Descriptor, local: Region, nbytes: int, deadline: float,
+                 choice: TransportChoice, forced: str | None, secret: bytes,
+                 dead: Callable[[], str | None], done: Completion) -> None:
+        self.op, self.desc, self.local, self.nbytes = op, desc, local, nbytes
+        self.deadline, self.choice, self.forced = deadline, choice, forced
+        self.secret, self.dead, self.done = secret, dead, done
+
+    def run(self) -> None:
+        try:
+            self._run(self.choice.name)
+        except BaseException as exc:  # noqa: BLE001 - every failure goes to the future
+            self.done.set_exception(self._explain(exc))
+        else:
+            self.done.set_result(None)
+
+    def _run(self, name: str) -> None:
+        why = self.dead()
+        if why is not None:
+            raise RDMAError(f"the owner of RDMABuffer {self.desc.reg_id} is gone: {why}")
+        if name == "local":
+            self._local()
+        elif name == "vm":
+            try:
+                self._vm()
+            except _vm.VmDenied:
+                if _forced(self.forced):
+                    raise
+                self._fall_back()
+        else:
+            addr = self.desc.unix if name == "unix" else self.desc.tcp
+            assert addr is not None
+            self._sockets(addr)
+
+    def _explain(self, exc: BaseException) -> BaseException:
+        d = self.desc
+        who = f"pid {d.owner.pid} on {d.owner.hostname}"
+        if isinstance(exc, (BufferDroppedError, TimeoutError)):
+            if isinstance(exc, TimeoutError):
+                return TimeoutError(f"{self.done.label} did not finish in time")
+            return exc
+        why = self.dead()
+        if isinstance(exc, _vm.VmGone) or why is not None:
+            return RDMAError(f"the owner of RDMABuffer {d.reg_id} ({who}) is gone"
+                             + (f": {why}" if why else ""))
+        if isinstance(exc, (OSError, ConnectionError)):
+            return RDMAError(f"{self.done.label} failed ({who}): {exc}")
+        return exc
+
+    # -- local ---------------------------------------------------------------------------
+    def _local(self) -> None:
+        reg_table = peek()
+        if reg_table is None:
+            raise BufferDroppedError(f"RDMABuffer {self.desc.reg_id} not found: it was dropped")
+        reg = reg_table.lookup(self.desc.reg_id, self.desc.key)
+        remote = reg.region.address
+        if self.op == READ:
+            ctypes.memmove(self.local.address, remote, self.nbytes)
+        else:
+            ctypes.memmove(remote, self.local.address, self.nbytes)
+
+    # -- process_vm ----------------------------------------------------------------------
+    def _check_slot(self, after: bool) -> None:
+        d = self.desc
+        try:
+            word = _vm.read_u64(d.owner.pid, d.slot_addr)
+        except OSError as exc:
+            if isinstance(exc, (_vm.VmDenied, _vm.VmGone)):
+                raise
+            word = 0  # the slot is not mapped there: not our owner any more
+        if word != d.key:
+            when = " during the transfer; the data moved is not valid" if after else ""
+            raise BufferDroppedError(f"RDMABuffer {d.reg_id} of pid {d.owner.pid} on "
+                                     f"{d.owner.hostname} was dropped{when}")
+
+    def _vm(self) -> None:
+        self._check_slot(after=False)
+        pid, remote, local = self.desc.owner.pid, self.desc.address, self.local.address
+        write = self.op == WRITE
+
+        def piece(lo: int, hi: int) -> None:
+            _vm.copy(pid, local + lo, remote + lo, hi - lo, write=write, deadline=self.deadline)
+
+        _in_pieces(piece, self.nbytes, _env_int("REGENCY_RDMA_THREADS", min(4, _cpus())))
+        self._check_slot(after=True)
+
+    def _fall_back(self) -> None:
+        st = _st()
+        owner = self.desc.owner
+        st.vm_denied.add((owner.host_key, owner.pid))
+        self.choice = current_choice(self.desc, None)
+        if not st.warned:
+            st.warned = True
+            warnings.warn(f"regency.rdma: process_vm_readv is not permitted here "
+                          f"(ptrace rules); using {self.choice.name} for pairs on this host",
+                          RDMATcpFallbackWarning, stacklevel=2)
+        self._run(self.choice.name)
+
+    # -- sockets -------------------------------------------------------------------------
+    def _sockets(self, address: str) -> None:
+        view = self.local.view()[: self.nbytes]
+        pool = _st().pool
+        op, desc, secret, deadline = self.op, self.desc, self.secret, self.deadline
+
+        def piece(lo: int, hi: int) -> None:
+            transfer(pool, address, secret, desc, op, view[lo:hi], lo, deadline)
+
+        _in_pieces(piece, self.nbytes, _env_int("REGENCY_RDMA_STREAMS", 2))
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _in_pieces(fn: Callable[[int, int], None], n: int, ways: int) -> None:
+    """Run ``fn(lo, hi)`` over ``[0, n)``, split over up to ``ways`` threads (this one too)."""
+    ways = max(1, min(ways, n // _MIN_PIECE))
+    if ways == 1:
+        fn(0, n)
+        return
+    bounds = [n * i // ways for i in range(ways + 1)]
+    errors: list[BaseException] = []
+
+    def guarded(lo: int, hi: int) -> None:
+        try:
+            fn(lo, hi)
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the calling thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(bounds[i], bounds[i + 1]), daemon=True,
+                                name="regency-data-piece") for i in range(1, ways)]
+    for t in threads:
+        t.start()
+    guarded(bounds[0], bounds[1])
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
