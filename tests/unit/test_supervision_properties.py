@@ -35,6 +35,7 @@ from regency._supervision import (
     FailOwner,
     GraceExpired,
     HookDone,
+    MeshKind,
     MeshSpawned,
     MeshStopped,
     ProcExited,
@@ -110,7 +111,7 @@ def next_event(draw: st.DrawFn, m: Model, step: int) -> Event | None:
             m.proc_meshes.add(uid)
         m.meshes[uid] = dict(enumerate(addrs))
         m.owners[uid] = draw(st.sampled_from([None, "owner-a", "owner-b"]))
-        kind = "proc" if op == "spawn_procs" else "actor"
+        kind: MeshKind = "proc" if op == "spawn_procs" else "actor"
         return MeshSpawned(uid, m.owners[uid], kind, uid, m.meshes[uid], "W", cause_id=cid)
     if op in ("stop", "stop_finished") and m.meshes:
         pool = sorted(m.meshes) if op == "stop" else sorted(m.stopped)

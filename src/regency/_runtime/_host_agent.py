@@ -89,6 +89,8 @@ class HostAgent:
         self._zygote: subprocess.Popen[bytes] | None = None
         self._stop_waiters: list[tuple[set[str], asyncio.Future[None]]] = []
         self._ooms = oom_kills()
+        self._outbox: collections.deque[tuple[bytes, list[int]]] = collections.deque()
+        self._writer_armed = False
         handlers = runtime.sys_handlers
         handlers["spawn_procs"] = self._on_spawn_procs
         handlers["proc_ready"] = self._on_proc_ready
@@ -138,7 +140,14 @@ class HostAgent:
                 log.error("regency: the fork server refused a request: %s", msg[2])
 
     def _zygote_lost(self) -> None:
+        for _, fds in self._outbox:
+            for fd in fds:
+                os.close(fd)
+        self._outbox.clear()
         if self._sock is not None:
+            if self._writer_armed:
+                self.rt.loop.remove_writer(self._sock.fileno())
+                self._writer_armed = False
             self.rt.loop.remove_reader(self._sock.fileno())
             self._sock.close()
             self._sock = None
@@ -164,21 +173,44 @@ class HostAgent:
         msg = {"token": self._tokens, "entry": "regency._api._proc_main:run_proc", "spec": spec,
                "env": req["env"], "cwd": req["cwd"], "sys_path": req["sys_path"]}
         try:
-            assert self._sock is not None
-            socket.send_fds(self._sock, [pickle.dumps(msg)], [out_w, err_w])
-        except Exception as exc:
+            data = pickle.dumps(msg)
+        except Exception as exc:  # noqa: BLE001 - reported to the owner
             for fd in (out_r, out_w, err_r, err_w):
                 os.close(fd)
             self._notify_owner(rec, f"could not be spawned: {exc}", expected=False)
             return
-        os.close(out_w)
-        os.close(err_w)
         self.by_token[self._tokens] = rec
         self.procs[rec.addr] = rec
         rec.pipes = [out_r, err_r]
         for fd, stream in ((out_r, sys.stdout), (err_r, sys.stderr)):
             os.set_blocking(fd, False)
             self.rt.loop.add_reader(fd, self._on_output, rec, fd, stream)
+        self._outbox.append((data, [out_w, err_w]))
+        self._flush_outbox()
+
+    def _flush_outbox(self) -> None:
+        """Hand queued spawn requests to the fork server as its socket takes them."""
+        sock = self._sock
+        if sock is None:
+            return
+        while self._outbox:
+            data, fds = self._outbox[0]
+            try:
+                socket.send_fds(sock, [data], fds)
+            except BlockingIOError:
+                if not self._writer_armed:
+                    self._writer_armed = True
+                    self.rt.loop.add_writer(sock.fileno(), self._flush_outbox)
+                return
+            except OSError:
+                self._zygote_lost()
+                return
+            self._outbox.popleft()
+            for fd in fds:
+                os.close(fd)
+        if self._writer_armed:
+            self._writer_armed = False
+            self.rt.loop.remove_writer(sock.fileno())
 
     def _on_proc_ready(self, msg: dict[str, Any]) -> None:
         rec = self.procs.get(msg["addr"])
