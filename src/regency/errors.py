@@ -107,8 +107,9 @@ class MeshFailure:
 
     def report(self) -> str:
         """A readable, multi-line report of the failure."""
+        coords = list(self.coords) + [{}] * (len(self.ranks) - len(self.coords))
         where = ", ".join(
-            f"rank {r} {c}" if c else f"rank {r}" for r, c in zip(self.ranks, self.coords)
+            f"rank {r} {c}" if c else f"rank {r}" for r, c in zip(self.ranks, coords)
         ) or "no rank"
         lines = [f"mesh {self.mesh_name!r} failed: {where}"]
         if self.actor_class:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import traceback
+from dataclasses import replace
 from functools import cached_property
 from typing import Any
 
@@ -265,36 +266,47 @@ class ActorBehavior:
         self.rt.send_sys(self.owner, "actor_failed", uid=self.uid, rank=self.g,
                          failure=self.failure, owner_uid=self.owner_uid)
 
-    def supervise(self, failure: MeshFailure) -> Any:
-        """Offer a failure of an owned mesh to ``__supervise__`` (in the mailbox)."""
+    def supervise(self, failure: MeshFailure, done: Any) -> Any:
+        """Offer a failure of an owned mesh to ``__supervise__`` (run in the mailbox).
+
+        ``done(handled, error)`` reports the outcome to the supervisor.
+        """
         fn = getattr(self.actor, "__supervise__", None)
         if fn is None:
-            return self._unhandled(failure, None)  # a coroutine for async actors
+            done(False, None)
+            return None
         if self.is_async:
-            return self._supervise_async(fn, failure)
+            return self._supervise_async(fn, failure, done)
         try:
             handled = fn(failure)
-        except Exception as exc:
-            return self._unhandled(failure, exc)
-        return None if handled else self._unhandled(failure, None)
+        except Exception as exc:  # noqa: BLE001 - raising means: not handled
+            done(False, exc)
+            return None
+        done(bool(handled), None)
+        return None
 
-    async def _supervise_async(self, fn: Any, failure: MeshFailure) -> None:
+    async def _supervise_async(self, fn: Any, failure: MeshFailure, done: Any) -> None:
         try:
             handled = fn(failure)
             if inspect.isawaitable(handled):
                 handled = await handled
-        except Exception as exc:
-            self._unhandled(failure, exc)
+        except Exception as exc:  # noqa: BLE001
+            done(False, exc)
             return
-        if not handled:
-            self._unhandled(failure, None)
+        done(bool(handled), None)
 
-    def _unhandled(self, failure: MeshFailure, exc: BaseException | None) -> Any:
-        cause = f"it did not handle the failure of mesh {failure.mesh_name} that it owns"
-        if exc is not None:
-            cause = f"__supervise__ raised {type(exc).__name__}: {exc}"
-        self.fail(exc, None, cause=cause, chain=[failure.report(), *failure.chain])
-        return self.cleanup(exc or SupervisionError(cause, failure))
+    def fail_with(self, failure: MeshFailure) -> Any:
+        """The supervisor decided this actor fails (it did not handle an owned failure)."""
+        if self.failure is not None:
+            return None
+        self.failure = failure = replace(
+            failure, mesh_name=self.uid, ranks=[self.local], coords=[dict(self.rank)],
+            actor_class=self.class_name, host=self.rt.hostname, pid=self.rt.pid)
+        exc = SupervisionError(failure.cause, failure)
+        self.rt.extra.setdefault("failed_exc", {})[self.uid] = exc
+        self.rt.send_sys(self.owner, "actor_failed", uid=self.uid, rank=self.g, failure=failure,
+                         owner_uid=self.owner_uid)
+        return self.cleanup(exc)
 
     # -- stopping ----------------------------------------------------------------------------
     def request_stop(self, reason: str) -> None:

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import pickle
 from typing import Any
 
@@ -17,10 +18,10 @@ from .._runtime import _messages as m
 from .._runtime._cell import AsyncCell, SyncCell
 from .._runtime._runtime import Runtime
 from ..errors import MeshFailure, SupervisionError
-from . import _supervise
+from ._supervisor import Supervisor
 from ._behavior import ActorBehavior
 
-_PEER_LOST_GRACE = 0.25  # wait this long for the reaped exit status before failing calls
+log = logging.getLogger("regency.dispatch")
 
 
 def install(rt: Runtime) -> None:
@@ -34,6 +35,7 @@ def install(rt: Runtime) -> None:
     h["get_or_spawn_controller"] = lambda msg: _get_or_spawn_controller(rt, msg)
     h["fault"] = lambda msg: _fault(rt, msg)
     rt.peer_lost_hooks.append(lambda addr, exc: _peer_lost(rt, addr, exc))
+    rt.extra["supervisor"] = Supervisor(rt)
 
 
 # -- actors ----------------------------------------------------------------------------------
@@ -240,11 +242,21 @@ async def stop_everything(rt: Runtime, timeout: float) -> None:
 
 
 # -- failures at owners ------------------------------------------------------------------------
+def supervisor(rt: Runtime) -> Supervisor:
+    """The supervisor of ``rt`` (installed with the handlers)."""
+    sup: Supervisor = rt.extra["supervisor"]
+    return sup
+
+
 def _actor_failed(rt: Runtime, msg: dict[str, Any]) -> None:
     failure: MeshFailure = msg["failure"]
     rt.extra.setdefault("failed_ranks", {}).setdefault(msg["uid"], {})[msg["rank"]] = failure
     rt.troubles += 1
-    _supervise.deliver(rt, msg["owner_uid"], failure)
+    sup = supervisor(rt)
+    if msg["uid"] in sup._shapes:
+        sup.actor_failed(msg["uid"], msg["rank"], failure)
+    else:  # a mesh this runtime did not record (should not happen): still never lose it
+        log.error("regency: failure of an unknown mesh:\n%s", failure.report())
 
 
 def _proc_up(rt: Runtime, msg: dict[str, Any]) -> None:
@@ -253,7 +265,8 @@ def _proc_up(rt: Runtime, msg: dict[str, Any]) -> None:
         return
     st = info["state"]
     if msg.get("error"):
-        st.ready.set_exception(SupervisionError(f"proc {msg['addr']} failed to start: {msg['error']}"))
+        why = f"proc {msg['addr']} failed to start: {msg['error']}"
+        st.ready.set_exception(SupervisionError(why))
         return
     st.waiting -= 1
     if st.waiting <= 0:
@@ -263,19 +276,11 @@ def _proc_up(rt: Runtime, msg: dict[str, Any]) -> None:
 def _proc_exited(rt: Runtime, msg: dict[str, Any]) -> None:
     addr = msg["addr"]
     info = rt.extra.get("proc_meshes", {}).get(msg["mesh_uid"])
-    name = msg["mesh_uid"]
-    shape = info["shape"] if info else None
-    coords = [dict(shape.point(msg["rank"]))] if shape is not None else []
-    failure = MeshFailure(mesh_name=name, ranks=[msg["rank"]], coords=coords, host=msg["host"],
-                          pid=msg["pid"], cause=f"the proc {msg['cause']}",
-                          last_lines=msg["last_lines"])
     rt.mark_dead(addr, f"the proc {msg['cause']}")
-    _supervise.fail_collectors(rt, addr, failure, failure.cause)
     if info is not None and not info["state"].ready.done():
-        info["state"].ready.set_exception(SupervisionError(f"proc {addr} {msg['cause']}", failure))
-    if msg["expected"] or rt.stopping or (info is not None and info["state"].stopped):
-        return
-    _supervise.deliver(rt, info["owner_uid"] if info else None, failure)
+        info["state"].ready.set_exception(SupervisionError(f"proc {addr} {msg['cause']}"))
+    expected = msg["expected"] or rt.stopping or (info is not None and info["state"].stopped)
+    supervisor(rt).proc_exited({**msg, "expected": bool(expected)})
 
 
 def host_lost(rt: Runtime, agent: str, why: str) -> None:
@@ -290,11 +295,7 @@ def host_lost(rt: Runtime, agent: str, why: str) -> None:
 
 
 def _peer_lost(rt: Runtime, addr: str, exc: BaseException | None) -> None:
-    def later() -> None:
-        why = rt.dead_addrs.get(addr) or f"connection lost ({exc})"
-        _supervise.fail_collectors(rt, addr, None, f"the proc at {addr}: {why}")
-
-    rt.loop.call_later(_PEER_LOST_GRACE, later)
+    supervisor(rt).connection_lost(addr, f"connection lost ({exc})")
 
 
 # -- fault injection (regency.testing) ------------------------------------------------------------

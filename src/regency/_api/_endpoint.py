@@ -53,7 +53,7 @@ class Endpoint(Generic[R]):
         """Send to every member; a Future of the ValueMesh of their replies."""
         route = self._mesh._route
         rt = runtime()
-        collector = _Gather(rt, route, self._label)
+        collector = _Gather(rt, route, self._label, self._mesh._uid, self._name)
         self._send(rt, args, kwargs, collector, route)
         return Future._from(collector.completion, _Guard(self._mesh._uid, route, self._label))
 
@@ -79,7 +79,7 @@ class Endpoint(Generic[R]):
         """Send to every member; yields one Future per member, in arrival order."""
         route = self._mesh._route
         rt = runtime()
-        collector = _Stream(rt, route, self._label)
+        collector = _Stream(rt, route, self._label, self._mesh._uid, self._name)
         self._send(rt, args, kwargs, collector, route)
         guard = _Guard(self._mesh._uid, route, self._label)
         return iter([Future._from(c, guard) for c in collector.slots])
@@ -95,7 +95,7 @@ class Endpoint(Generic[R]):
     # -- internals -------------------------------------------------------------------------
     def _one(self, route: Route, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Future[R]:
         rt = runtime()
-        collector = _One(rt, route, self._label)
+        collector = _One(rt, route, self._label, self._mesh._uid, self._name)
         self._send(rt, args, kwargs, collector, route)
         return Future._from(collector.completion, _Guard(self._mesh._uid, route, self._label))
 
@@ -196,10 +196,13 @@ def _sender() -> str:
 class _Collector:
     """A reply port on the caller, failing when a member it waits on dies."""
 
-    def __init__(self, rt: Runtime, route: Route, label: str) -> None:
+    def __init__(self, rt: Runtime, route: Route, label: str, uid: str = "",
+                 endpoint: str = "") -> None:
         self.rt = rt
         self.route = route
         self.label = label
+        self.uid = uid  # for the supervisor: which mesh and endpoint this call waits on
+        self.endpoint = endpoint
         self.expected: set[int] = set(route.ranks)
         self.port_id = rt.open_port(self._on_reply, route.targets)
         rt.collectors[self.port_id] = self
@@ -242,8 +245,9 @@ class _Collector:
 
 
 class _Gather(_Collector):
-    def __init__(self, rt: Runtime, route: Route, label: str) -> None:
-        super().__init__(rt, route, label)
+    def __init__(self, rt: Runtime, route: Route, label: str, uid: str = "",
+                 endpoint: str = "") -> None:
+        super().__init__(rt, route, label, uid, endpoint)
         self.values: dict[int, Any] = {}
         self.completion = Completion(self.pending_text)
 
@@ -269,8 +273,9 @@ class _One(_Gather):
 
 
 class _Stream(_Collector):
-    def __init__(self, rt: Runtime, route: Route, label: str) -> None:
-        super().__init__(rt, route, label)
+    def __init__(self, rt: Runtime, route: Route, label: str, uid: str = "",
+                 endpoint: str = "") -> None:
+        super().__init__(rt, route, label, uid, endpoint)
         self.slots = [Completion(self.pending_text) for _ in route.ranks]
         self.next = 0
 

@@ -23,6 +23,7 @@ from ..errors import SupervisionError
 from ._actor import Actor, EndpointProperty, NotAnEndpoint, endpoints_of, is_async_actor
 from ._bootstrap import runtime
 from ._context import _current
+from ._dispatch import supervisor
 from ._endpoint import Endpoint
 from ._future import Future, completed
 
@@ -189,6 +190,8 @@ class ActorMesh(MeshTrait):
         st.stopped_ranks.update(self._shape_.ranks())
         st.stop_reason = reason
         rt.troubles += 1
+        if self._shape_.ranks() == self._full_shape.ranks():
+            supervisor(rt).mesh_stopped(self._uid, reason)
         ranks = self._shape_.ranks()
         done = Completion(f"mesh {self._uid} to stop")
         left = {"n": len(ranks)}
@@ -303,6 +306,8 @@ class ProcMesh(MeshTrait):
         frame = [pickle.dumps((m.SYS, "spawn_actor")), data, *buffers]
         for g in shape.ranks():
             rt.post(self._proc_addrs[g], frame)
+        supervisor(rt).mesh_spawned(uid, _owner_uid(), "actor", name, shape, self._proc_addrs,
+                                    _qualname(Class))
         mesh = ActorMesh(uid, name, Class, shape, self._proc_addrs, shape, fanout)
         return mesh  # type: ignore[return-value]
 
@@ -331,6 +336,7 @@ class ProcMesh(MeshTrait):
         info = rt.extra.get("proc_meshes", {}).get(self._uid)
         if info is not None and len(st.stopped_ranks) == len(info["addr_list"]):
             st.stopped = reason
+            supervisor(rt).mesh_stopped(self._uid, reason)
         rt.troubles += 1
         by_agent: dict[str, list[str]] = {}
         for g in ranks:
@@ -531,6 +537,7 @@ class HostMesh(MeshTrait):
                 "mesh_name": name, "shape": shape, "proc_addrs": tuple(addrs),
                 "host_agents": tuple(agents),
                 "bootstrap": _pickled(bootstrap), "config": config.get_runtime_config()}
+        supervisor(rt).mesh_spawned(uid, _owner_uid(), "proc", name, shape, tuple(addrs))
         for agent, procs in requests.items():
             rt.send_sys(agent, "spawn_procs", procs=procs, spec=spec, owner=rt.contact,
                         mesh_uid=uid, env=dict(os.environ), cwd=os.getcwd(),

@@ -37,14 +37,13 @@ class Pool:
         with self._lock:
             self._idle.setdefault((address, secret), []).append(sock)
 
-    def forget(self, address: str) -> None:
-        """Close the idle connections to ``address``."""
+    def close_all(self) -> None:
+        """Close every idle connection (at exit)."""
         with self._lock:
-            for (addr, secret), socks in list(self._idle.items()):
-                if addr == address:
-                    for s in socks:
-                        s.close()
-                    del self._idle[(addr, secret)]
+            socks = [s for idle in self._idle.values() for s in idle]
+            self._idle.clear()
+        for s in socks:
+            s.close()
 
 
 def _remaining(deadline: float) -> float:

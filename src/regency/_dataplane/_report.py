@@ -8,6 +8,8 @@ chosen; then it checks the TCP data path explicitly (the one other hosts would u
 
 from __future__ import annotations
 
+import ctypes.util
+import glob
 import os
 import sys
 import time
@@ -78,16 +80,14 @@ class DataPlaneProbe(Actor):
 
 
 def _gpu_line() -> str:
-    torch = sys.modules.get("torch")
-    if torch is None:
-        try:
-            import torch  # noqa: F811
-        except ImportError:
-            return "gpu: torch not installed; CUDA IPC / NCCL paths: not implemented"
-    if torch.cuda.is_available():
+    torch = sys.modules.get("torch")  # never imported just for this: it is slow to import
+    if torch is not None and torch.cuda.is_available():
         return (f"gpu: {torch.cuda.device_count()} CUDA device(s); CUDA IPC / NCCL paths: not "
                 "implemented yet (RDMABuffer of a CUDA tensor raises NotImplementedError)")
-    return "gpu: no CUDA device; CUDA IPC / NCCL paths: not implemented"
+    if glob.glob("/dev/nvidia[0-9]*") or ctypes.util.find_library("cuda"):
+        return ("gpu: a CUDA driver is present; CUDA IPC / NCCL paths: not implemented yet "
+                "(RDMABuffer of a CUDA tensor raises NotImplementedError)")
+    return "gpu: no CUDA device; CUDA IPC / NCCL paths: not needed here (not implemented)"
 
 
 def doctor_report(procs: Any = None) -> str:

@@ -19,6 +19,7 @@ and the owner's code never runs (its data-plane server threads serve socket tran
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import os
 import threading
@@ -58,6 +59,7 @@ class _State:
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.pool = Pool()
+        atexit.register(self.pool.close_all)
         self.executor = ThreadPoolExecutor(max_workers=16, thread_name_prefix="regency-data")
         self.vm_denied: set[tuple[str, int]] = set()
         self.warned = False
@@ -212,7 +214,7 @@ class _Job:
         def piece(lo: int, hi: int) -> None:
             _vm.copy(pid, local + lo, remote + lo, hi - lo, write=write, deadline=self.deadline)
 
-        _in_pieces(piece, self.nbytes, _env_int("REGENCY_RDMA_THREADS", min(4, _cpus())))
+        _in_pieces(piece, self.nbytes, _env_int("REGENCY_RDMA_THREADS", _default_ways()))
         self._check_slot(after=True)
 
     def _fall_back(self) -> None:
@@ -236,7 +238,7 @@ class _Job:
         def piece(lo: int, hi: int) -> None:
             transfer(pool, address, secret, desc, op, view[lo:hi], lo, deadline)
 
-        _in_pieces(piece, self.nbytes, _env_int("REGENCY_RDMA_STREAMS", 2))
+        _in_pieces(piece, self.nbytes, _env_int("REGENCY_RDMA_STREAMS", _default_ways()))
 
 
 def _cpus() -> int:
@@ -244,6 +246,13 @@ def _cpus() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+def _default_ways() -> int:
+    """Threads (vm) or connections (sockets) per large transfer: one per two cores, <= 4.
+
+    Each piece keeps a core busy on both sides, so on a 2-core machine one is best."""
+    return max(1, min(4, _cpus() // 2))
 
 
 def _in_pieces(fn: Callable[[int, int], None], n: int, ways: int) -> None:

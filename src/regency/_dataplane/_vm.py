@@ -84,6 +84,9 @@ def copy(pid: int, local: int, remote: int, nbytes: int, *, write: bool,
     """
     if _FNS is None:
         raise VmDenied(errno.ENOSYS, "process_vm_readv/writev are not available here")
+    if os.environ.get("REGENCY_RDMA_DENY_VM") == "1":  # test hook: act as if ptrace refused
+        raise VmDenied(errno.EPERM, f"process_vm_readv/writev on pid {pid} not permitted "
+                                    "(REGENCY_RDMA_DENY_VM=1)")
     fn = _FNS[1] if write else _FNS[0]
     lio, rio = _IoVec(), _IoVec()
     done = 0

@@ -1,0 +1,244 @@
+"""The supervisor of one runtime: feeds the pure ``SupervisionState`` and carries out its actions.
+
+Events come from the runtime (a mesh spawned or stopped, an actor's failure report, a proc's
+exit status from its host agent, a broken connection, a timer, ``__supervise__`` or the root
+hook returning); actions go back out (fail these calls, start a timer, run ``__supervise__``,
+run the root hook, fail the owner actor, fail fast). Everything here runs on the loop thread.
+
+Calls are registered lazily: the hot path of a call does not touch the state machine. Before
+any event that may fail calls, the supervisor registers the calls still pending (and retires
+those that finished). A call that completed before the trouble cannot be failed by it, so
+this is equivalent to registering every call, at no cost while nothing goes wrong.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import sys
+import traceback
+from dataclasses import replace
+from typing import Any
+
+from .._mesh import Shape
+from .._runtime._runtime import Runtime
+from .._supervision import (
+    ActorFailed,
+    CallFinished,
+    CallStarted,
+    ConnectionLost,
+    DeliverToOwner,
+    Event,
+    FailCalls,
+    FailFast,
+    FailOwner,
+    GraceExpired,
+    HookDone,
+    InvalidTransition,
+    MeshSpawned,
+    MeshStopped,
+    ProcExited,
+    RunRootHook,
+    StartGraceTimer,
+    SupervisionState,
+    SuperviseDone,
+)
+from ..errors import MeshFailure, SupervisionError
+from . import _failfast
+from ._supervise import banner, default_unhandled_fault_hook
+
+log = logging.getLogger("regency.supervision")
+
+_DRAIN_BOUND = 1.0  # seconds an exit status waits for the dead proc's connection to end
+
+
+class Supervisor:
+    """Drives the supervision rules of one runtime."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.state = SupervisionState()
+        self._ids = itertools.count(1)
+        self._known_calls: set[int] = set()
+        self._shapes: dict[str, Shape] = {}  # owned mesh -> its shape, for coordinates
+        self._exits: dict[str, ProcExited] = {}  # exits waiting for their connection to end
+
+    def _cause(self, what: str) -> str:
+        return f"{what}@{self.rt.address}#{next(self._ids)}"
+
+    # -- events --------------------------------------------------------------------------------
+    def mesh_spawned(self, uid: str, owner_uid: str | None, kind: str, name: str,
+                     shape: Shape, addrs: tuple[str, ...], actor_class: str = "") -> None:
+        """An owned mesh exists (any thread)."""
+        members = {g: addrs[g] for g in shape.ranks()}
+        self._shapes[uid] = shape
+        event = MeshSpawned(uid, owner_uid, kind, name, members,  # type: ignore[arg-type]
+                            actor_class, cause_id=self._cause("spawn"))
+        self.rt.call_soon(self.feed, event)
+
+    def mesh_stopped(self, uid: str, reason: str) -> None:
+        """An owned mesh was stopped on purpose (any thread)."""
+        self.rt.call_soon(self.feed, MeshStopped(uid, reason, cause_id=self._cause("stop")))
+
+    def actor_failed(self, uid: str, rank: int, failure: MeshFailure) -> None:
+        self.trouble(ActorFailed(uid, rank, failure, cause_id=self._cause("failed")))
+
+    def proc_exited(self, msg: dict[str, Any]) -> None:
+        """The host agent reaped a proc. Its replies may still be unread on our connection
+        to it (the exit status travels another way), so the exit is applied once that
+        connection has ended, or after a bound."""
+        addr = msg["addr"]
+        event = ProcExited(addr, msg["cause"], bool(msg["expected"]), msg["pid"], msg["host"],
+                           tuple(msg["last_lines"]), cause_id=self._cause("exit"))
+        peer = self.rt.router.peers.get(addr)
+        if peer is not None and peer.conn is not None and not peer.conn.closed:
+            self._exits[addr] = event
+            self.rt.loop.call_later(_DRAIN_BOUND, self._apply_exit, addr)
+        else:
+            self.trouble(event)
+
+    def _apply_exit(self, addr: str) -> None:
+        event = self._exits.pop(addr, None)
+        if event is not None:
+            self.trouble(event)
+
+    def connection_lost(self, addr: str, why: str) -> None:
+        if addr in self._exits:
+            self._apply_exit(addr)  # everything it sent has been read: the exit applies now
+            return
+        self.trouble(ConnectionLost(addr, why, cause_id=self._cause("lost")))
+
+    def trouble(self, event: Event) -> None:
+        """Register pending calls, then feed ``event`` (loop thread)."""
+        self._sync_calls()
+        self.feed(event)
+
+    def _sync_calls(self) -> None:
+        collectors = self.rt.collectors
+        events: list[Event] = []
+        for call_id in list(self._known_calls):
+            if call_id not in collectors:
+                self._known_calls.discard(call_id)
+                events.append(CallFinished(call_id, cause_id=self._cause("done")))
+        for call_id, c in list(collectors.items()):
+            if call_id in self._known_calls or not c.expected:
+                continue
+            route = c.route
+            addrs = {g: a for g, a in zip(route.ranks, route.addrs) if g in c.expected}
+            events.append(CallStarted(call_id, c.uid, frozenset(c.expected), c.endpoint,
+                                      addrs, cause_id=self._cause("call")))
+            self._known_calls.add(call_id)
+        if events:
+            self.feed(*events)
+
+    def feed(self, *events: Event) -> None:
+        """Hand events to the state machine and carry out its actions (loop thread).
+
+        Root-hook deliveries of one batch (one proc death can fail several meshes) run
+        together, actor meshes first, and end in at most one fail-fast report naming them all.
+        """
+        try:
+            actions = self.state.handle(*events)
+        except InvalidTransition as exc:
+            log.error("regency: supervision: %s", exc)
+            actions = list(getattr(exc, "actions", []) or [])
+        # fill the failures in now, while the calls they name are still pending
+        hooks = [(a, self._fill(a.failure)) for a in actions if isinstance(a, RunRootHook)]
+        for action in actions:
+            if isinstance(action, RunRootHook):
+                continue
+            try:
+                self._do(action)
+            except Exception:  # noqa: BLE001 - one failed action must not stop the others
+                log.exception("regency: supervision action %r failed", action)
+        if hooks:
+            hooks.sort(key=lambda pair: not pair[1].actor_class)
+            self._root_hooks(hooks)
+
+    # -- actions -------------------------------------------------------------------------------
+    def _do(self, action: Any) -> None:
+        if isinstance(action, FailCalls):
+            self._fail_calls(action)
+        elif isinstance(action, StartGraceTimer):
+            self.rt.loop.call_later(action.seconds, self.trouble,
+                                    GraceExpired(action.addr, cause_id=self._cause("grace")))
+        elif isinstance(action, DeliverToOwner):
+            self._deliver(action)
+        elif isinstance(action, FailOwner):
+            self._fail_owner(action)
+        elif isinstance(action, FailFast):
+            _failfast.fail_fast(banner(action.report), action.exit_code)
+
+    def _fail_calls(self, action: FailCalls) -> None:
+        failure = self._fill(action.failure) if action.failure is not None else None
+        for call_id in action.call_ids:
+            self._known_calls.discard(call_id)
+            collector = self.rt.collectors.get(call_id)
+            if collector is not None:
+                collector.lost(SupervisionError(action.message, failure))
+
+    def _fill(self, failure: MeshFailure) -> MeshFailure:
+        """Add what the pure machine leaves out: local ranks and coordinates of the mesh (when
+        we know its shape) and the endpoint a pending call had in flight on those ranks."""
+        if failure.endpoint is None:
+            for c in self.rt.collectors.values():
+                if c.uid == failure.mesh_name and c.expected.intersection(failure.ranks):
+                    failure = replace(failure, endpoint=c.endpoint)
+                    break
+        shape = self._shapes.get(failure.mesh_name)
+        if shape is None or failure.coords:
+            return failure
+        try:
+            local = [shape.local_rank(g) for g in failure.ranks]
+        except ValueError:
+            return failure
+        return replace(failure, ranks=local, coords=[dict(shape.point(r)) for r in local])
+
+    def _deliver(self, action: DeliverToOwner) -> None:
+        cell = self.rt.cells.get(action.owner_uid)
+        behavior = getattr(cell, "behavior", None)
+        failure = self._fill(action.failure)
+        if cell is None or behavior is None:
+            log.error("regency: the owner %s of a failed mesh is gone:\n%s", action.owner_uid,
+                      failure.report())
+            return
+
+        def done(handled: bool, error: BaseException | None) -> None:
+            tb = "".join(traceback.format_exception(error)) if error is not None else ""
+            event = SuperviseDone(action.owner_uid, action.failure_id, handled,
+                                  f"{type(error).__name__}: {error}" if error else None, tb,
+                                  cause_id=self._cause("supervised"))
+            self.rt.call_soon(self.feed, event)
+
+        cell.control(lambda: behavior.supervise(failure, done))
+
+    def _root_hooks(self, hooks: list[tuple[RunRootHook, MeshFailure]]) -> None:
+        module = sys.modules.get("regency.actor")
+        hook: Any = getattr(module, "unhandled_fault_hook", default_unhandled_fault_hook)
+        done: list[Event] = []
+        fatal_reports: list[str] = []
+        for action, failure in hooks:
+            exit_requested = False
+            try:
+                hook(failure)
+            except BaseException as exc:  # noqa: BLE001 - the hook raising means: stop
+                exit_requested = True
+                if not isinstance(exc, SystemExit):
+                    log.error("regency: unhandled_fault_hook raised %r", exc)
+            done.append(HookDone(action.failure_id, exit_requested, cause_id=self._cause("hook")))
+            if exit_requested:
+                fatal_reports.append(failure.report())
+        try:
+            fatal = self.state.handle(*done)
+        except InvalidTransition as exc:
+            log.error("regency: supervision: %s", exc)
+            return
+        if any(isinstance(a, FailFast) for a in fatal):
+            _failfast.fail_fast(banner("\n\n".join(fatal_reports)), 1)
+
+    def _fail_owner(self, action: FailOwner) -> None:
+        cell = self.rt.cells.get(action.owner_uid)
+        behavior = getattr(cell, "behavior", None)
+        if cell is None or behavior is None:
+            return
+        cell.control(lambda: behavior.fail_with(action.failure))

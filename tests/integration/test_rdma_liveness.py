@@ -1,0 +1,63 @@
+"""A 1 GiB transfer does not block the owner's control plane: pings answer promptly."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from _rdma_actors import Holder, ramp
+
+from regency.actor import this_host
+
+T = 60
+GiB = 1 << 30
+
+
+@pytest.fixture(scope="module")
+def owner():
+    procs = this_host().spawn_procs(per_host={"procs": 1}, name="rdma-live")
+    yield procs.spawn("holder", Holder).slice(procs=0)
+    procs.stop().get(timeout=T)
+
+
+@pytest.fixture(scope="module")
+def big(owner):
+    return owner.make.call_one("big", "ramp", GiB, 3).get(timeout=T)
+
+
+@pytest.fixture(scope="module")
+def dst():
+    out = np.empty(GiB, dtype=np.uint8)
+    out[:] = 0  # touch the pages now, not during the transfer
+    return out
+
+
+@pytest.mark.parametrize(("op", "transport"), [("read", "tcp"), ("write", "unix"),
+                                               ("read", "vm")])
+def test_ping_owner_during_1gib_transfer(owner, big, dst, op, transport) -> None:
+    owner.ping.call_one().get(timeout=T)  # connection warm
+    if op == "read":
+        fut = big.read_into(dst, transport=transport, timeout=T)
+    else:
+        dst[:] = ramp(GiB, 5)[:1]  # any content; the write is checked below
+        fut = big.write_from(dst, transport=transport, timeout=T)
+    during = []
+    while not fut.done():
+        start = time.perf_counter()
+        owner.ping.call_one().get(timeout=T)
+        took = time.perf_counter() - start
+        if not fut.done():
+            during.append(took)
+    fut.get(timeout=T)
+    assert during, "the transfer finished before a single ping came back"
+    assert max(during) < 0.5, f"pings took up to {max(during):.3f}s during the transfer"
+    if op == "read":
+        expected = ramp(GiB, 3)
+        assert np.array_equal(dst[::4093], expected[::4093])
+        assert np.array_equal(dst[-4096:], expected[-4096:])
+    else:
+        back = np.empty(GiB, dtype=np.uint8)
+        big.read_into(back).get(timeout=T)
+        assert back[0] == dst[0] and back[-1] == dst[-1] and back[GiB // 3] == dst[GiB // 3]
+        big.write_from(ramp(GiB, 3)).get(timeout=T)  # restore for the other cases

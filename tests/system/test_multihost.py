@@ -1,0 +1,679 @@
+"""Many hosts on one machine: workers and the controller each in a network namespace.
+
+Every host is a real ``regency worker`` process in a namespace of its own (see ``_netns``),
+reached over TCP across a bridge; the controller is a separate process in another namespace.
+The controller runs this very file as a script (``python test_multihost.py controller``): it
+reads commands as JSON lines on stdin and answers with JSON lines on stdout, so that the
+test can act on the network (cut a link, stop a worker) while the controller has calls in
+flight. Nothing here sleeps to synchronise: every wait polls with a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+PORT = 26600
+SECRET = "multihost-test-secret"
+LOST = 3.0  # host_lost_timeout used by these tests (the default)
+MARGIN = 2.5  # allowed on top of it for detection on a 2-core machine
+
+
+# =========================================================================================
+# The controller side (this file run as a script in the controller's namespace)
+# =========================================================================================
+def _controller_main() -> int:  # pragma: no cover - runs in a subprocess
+    version = os.environ.get("RGT_FAKE_VERSION")
+    if version:
+        from regency._runtime import _router
+
+        _router.VERSION = version
+    import regency.actor as ra
+    from regency.actor import Actor, current_rank, endpoint
+
+    lock = threading.Lock()
+
+    def emit(**kw: Any) -> None:
+        with lock:
+            sys.stdout.write(json.dumps({"mh": 1, **kw}, default=str) + "\n")
+            sys.stdout.flush()
+
+    def on_failure(failure: Any) -> None:
+        emit(ev="unhandled", host=failure.host, cause=failure.cause, report=failure.report(),
+             t=time.monotonic())
+
+    ra.unhandled_fault_hook = on_failure
+
+    class Probe(Actor):
+        @endpoint
+        def where(self) -> dict[str, Any]:
+            from regency._runtime import _current
+
+            return {"pid": os.getpid(), "rank": dict(current_rank()),
+                    "addr": _current.get().address}
+
+        @endpoint
+        def echo(self, x: Any) -> Any:
+            return x
+
+        @endpoint
+        def sleep(self, secs: float) -> float:
+            time.sleep(secs)
+            return secs
+
+        @endpoint
+        def relay(self, peers: Any, host: int) -> dict[str, Any]:
+            """Call the actor with the same gpu index on ``host`` (actor to actor)."""
+            gpu = dict(current_rank())["gpus"]  # called on one host's slice: {gpus: n}
+            other = peers.slice(hosts=host, gpus=gpu)
+            return {"me": os.getpid(), "peer": other.where.call_one().get(timeout=20)}
+
+    st: dict[str, Any] = {}
+
+    def op_attach(workers: list[str]) -> float:
+        t0 = time.monotonic()
+        st["hm"] = ra.attach_to_workers(workers)
+        st["n"] = len(workers)
+        return time.monotonic() - t0
+
+    def op_spawn(gpus: int = 2) -> list[dict[str, Any]]:
+        st["pm"] = st["hm"].spawn_procs(per_host={"gpus": gpus})
+        st["a"] = st["pm"].spawn("probe", Probe)
+        return op_where()
+
+    def op_where() -> list[dict[str, Any]]:
+        return [v for _, v in st["a"].where.call().get(timeout=30).items()]
+
+    def op_relay() -> list[dict[str, Any]]:
+        # one host at a time: all at once, each actor would wait on a busy one (a cycle)
+        out = []
+        for h in range(st["n"]):
+            mesh = st["a"].slice(hosts=h)
+            nxt = (h + 1) % st["n"]
+            out += [v for _, v in mesh.relay.call(st["a"], nxt).get(timeout=30).items()]
+        return out
+
+    def op_host(host: int, timeout: float = 10.0) -> list[dict[str, Any]]:
+        mesh = st["a"].slice(hosts=host)
+        return [v for _, v in mesh.where.call().get(timeout=timeout).items()]
+
+    def op_echo_many(host: int, n: int, size: int) -> dict[str, float]:
+        one = st["a"].slice(hosts=host, gpus=0)
+        times = []
+        for i in range(n):
+            payload = bytes([i % 251]) * size
+            t0 = time.monotonic()
+            back = one.echo.call_one(payload).get(timeout=30)
+            times.append(time.monotonic() - t0)
+            assert back == payload, f"payload {i} came back corrupted"
+        times.sort()
+        return {"min": times[0], "p50": times[len(times) // 2], "max": times[-1]}
+
+    def op_slow(host: int, secs: float) -> str:
+        one = st["a"].slice(hosts=host, gpus=0)
+        fut = one.sleep.call_one(secs)
+
+        def wait() -> None:
+            try:
+                fut.get(timeout=secs + 60)
+                emit(ev="slow_done", ok=True, t=time.monotonic())
+            except Exception as exc:  # noqa: BLE001 - reported to the test
+                emit(ev="slow_done", ok=False, err=type(exc).__name__, msg=str(exc),
+                     host=getattr(exc, "host", ""), t=time.monotonic())
+
+        threading.Thread(target=wait, daemon=True).start()
+        return "started"
+
+    def op_stop() -> float:
+        t0 = time.monotonic()
+        st["hm"].stop().get(timeout=60)
+        return time.monotonic() - t0
+
+    def op_shutdown() -> float:
+        t0 = time.monotonic()
+        st["hm"].shutdown().get(timeout=60)
+        return time.monotonic() - t0
+
+    def op_pid() -> int:
+        return os.getpid()
+
+    ops = {name[3:]: fn for name, fn in locals().items() if name.startswith("op_")}
+    emit(ev="hello", pid=os.getpid())
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        op, seq = cmd.pop("op"), cmd.pop("seq")
+        try:
+            value = ops[op](**cmd)
+            emit(ev="reply", seq=seq, ok=True, value=value)
+        except Exception as exc:  # noqa: BLE001 - reported to the test
+            emit(ev="reply", seq=seq, ok=False, err=type(exc).__name__, msg=str(exc)[:3000])
+    return 0
+
+
+def _attack_main(addr: str, marker_dir: str, good_secret: str) -> int:  # pragma: no cover
+    """Unauthenticated and wrong clients against a worker; each sends a pickle that would
+    create a file in ``marker_dir`` if the worker ever unpickled it."""
+    import hashlib
+    import pickle
+    import socket
+
+    from regency._runtime._router import VERSION
+    from regency._wire import ClientHandshake, encode_frame
+
+    host, port = addr.rsplit(":", 1)
+    host = host.split(":")[-1].lstrip("/")
+
+    def evil(name: str) -> bytes:
+        head = pickle.dumps(_Evil(os.path.join(marker_dir, name + "-envelope")))
+        body = pickle.dumps(_Evil(os.path.join(marker_dir, name + "-body")))
+        prefix, *bufs = encode_frame([head, body])
+        return bytes(prefix) + b"".join(bytes(b) for b in bufs)
+
+    def session(name: str, first: bytes, hs: ClientHandshake | None) -> dict[str, Any]:
+        s = socket.create_connection((host, int(port)), timeout=5)
+        got = b""
+        try:
+            if hs is not None:
+                s.sendall(hs.data_to_send())
+                while not (hs.done or hs.failed):
+                    data = s.recv(4096)
+                    if not data:
+                        break
+                    got += data
+                    hs.receive_data(data)
+                    out = hs.data_to_send()
+                    if out:
+                        s.sendall(out)
+                # a proof was sent (or refused): now push a frame as if we were in
+                s.sendall(evil(name))
+            else:
+                s.sendall(first + evil(name))
+            s.settimeout(3)
+            while True:
+                data = s.recv(4096)
+                if not data:
+                    break
+                got += data
+        except OSError as exc:
+            return {"name": name, "closed": True, "error": str(exc), "got": got[:200].hex()}
+        finally:
+            s.close()
+        return {"name": name, "closed": True, "got": got[:200].hex(),
+                "handshake_error": str(hs.error) if hs is not None and hs.error else None}
+
+    wrong = hashlib.sha256(b"not-the-secret").digest()
+    good = hashlib.sha256(good_secret.encode()).digest()
+    results = [
+        session("garbage", b"GET / HTTP/1.0\r\n\r\n", None),
+        session("raw_frame", b"", None),
+        session("wrong_secret", b"", ClientHandshake(wrong, VERSION, "tcp:10.77.0.200:1")),
+        session("other_version", b"", ClientHandshake(good, "regency-9.9", "tcp:10.77.0.200:1")),
+    ]
+    for r in results:
+        print(json.dumps({"mh": 1, "ev": "attack", **r}), flush=True)
+    return 0
+
+
+class _Evil:
+    """Unpickling this creates a file: proof that a payload was (or was not) unpickled."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (open, (self.path, "w"))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    if sys.argv[1] == "controller":
+        sys.exit(_controller_main())
+    if sys.argv[1] == "attack":
+        sys.exit(_attack_main(sys.argv[2], sys.argv[3], sys.argv[4]))
+    raise SystemExit(f"unknown role {sys.argv[1]!r}")
+
+
+# =========================================================================================
+# The test side
+# =========================================================================================
+import psutil  # noqa: E402
+import pytest  # noqa: E402
+from _netns import NetnsUnavailable, TestNet, loss_available, netns_problem, test_network  # noqa: E402
+
+_why = netns_problem()
+if _why is not None:
+    print(f"SKIP tests/system/test_multihost.py: {_why}", file=sys.stderr)
+pytestmark = [
+    pytest.mark.skipif(_why is not None, reason=f"network namespaces unavailable: {_why}"),
+    pytest.mark.timeout(90),
+]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REGENCY_SECRET")}
+    env.update(REGENCY_SECRET=SECRET, PYTHONUNBUFFERED="1", **extra)
+    return env
+
+
+def wait_for(pred: Any, timeout: float, what: str, interval: float = 0.02) -> Any:
+    """Poll ``pred`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+class Worker:
+    """One ``regency worker`` process in a host namespace, with its output in a log file."""
+
+    def __init__(self, net: TestNet, index: int, log: Path, env: dict[str, str]) -> None:
+        self.net = net
+        self.index = index
+        self.node = net.hosts[index]
+        self.addr = f"tcp://{self.node.ip}:{PORT}"
+        self.log = log
+        with open(log, "wb") as out:
+            self.proc = net.popen(index, [sys.executable, "-m", "regency", "worker", "--listen",
+                                          self.addr], stdout=out, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL, env=env)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_listening(self, timeout: float = 20.0) -> None:
+        def ready() -> bool:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"worker {self.index} exited early:\n{self.text()}")
+            return "listening on" in self.text()
+
+        wait_for(ready, timeout, f"worker {self.index} to listen")
+
+    def descendants(self) -> list[psutil.Process]:
+        try:
+            return psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+
+    def procs(self) -> list[psutil.Process]:
+        """Its procs: descendants other than the fork server."""
+        out = []
+        for p in self.descendants():
+            try:
+                if p.ppid() != self.proc.pid:  # the zygote is the direct child
+                    out.append(p)
+            except psutil.NoSuchProcess:
+                pass
+        return out
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+        for p in self.descendants():
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        self.proc.wait(timeout=10)
+
+
+class Controller:
+    """The controller process (this file as a script) in the controller namespace."""
+
+    def __init__(self, net: TestNet, log: Path, env: dict[str, str]) -> None:
+        self.log = log
+        self._err = open(log, "wb")  # noqa: SIM115 - closed in close()
+        self.proc = net.popen("ctl", [sys.executable, str(Path(__file__)), "controller"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
+                              env=env, text=True, bufsize=1)
+        self.lines: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.events: list[dict[str, Any]] = []
+        self._seq = 0
+        threading.Thread(target=self._read, daemon=True).start()
+        hello = self.event("hello", 30)
+        self.pid = hello["pid"]
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith('{"mh"'):
+                self.lines.put(json.loads(line))
+        self.lines.put({"ev": "eof"})
+
+    def _next(self, deadline: float, what: str) -> dict[str, Any]:
+        try:
+            msg = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise AssertionError(f"controller: no {what} in time; its stderr:\n"
+                                 f"{self.stderr()}") from None
+        if msg["ev"] == "eof":
+            self.lines.put(msg)
+            raise AssertionError(f"controller exited ({self.proc.poll()}) while waiting for "
+                                 f"{what}; its stderr:\n{self.stderr()}")
+        return msg
+
+    def event(self, ev: str, timeout: float) -> dict[str, Any]:
+        """The next event named ``ev`` (earlier ones included)."""
+        deadline = time.monotonic() + timeout
+        for i, msg in enumerate(self.events):
+            if msg["ev"] == ev:
+                return self.events.pop(i)
+        while True:
+            msg = self._next(deadline, f"event {ev!r}")
+            if msg["ev"] == ev:
+                return msg
+            self.events.append(msg)
+
+    def ask(self, op: str, timeout: float = 30.0, **kw: Any) -> dict[str, Any]:
+        """Run ``op`` in the controller; returns its reply (``ok``, ``value`` or ``err``)."""
+        self._seq += 1
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"op": op, "seq": self._seq, **kw}) + "\n")
+        self.proc.stdin.flush()
+        deadline = time.monotonic() + timeout
+        while True:
+            msg = self._next(deadline, f"reply to {op}")
+            if msg["ev"] == "reply" and msg["seq"] == self._seq:
+                return msg
+            self.events.append(msg)
+
+    def ok(self, op: str, timeout: float = 30.0, **kw: Any) -> Any:
+        reply = self.ask(op, timeout, **kw)
+        assert reply["ok"], f"{op} failed: {reply['err']}: {reply['msg']}\n{self.stderr()}"
+        return reply["value"]
+
+    def stderr(self) -> str:
+        self._err.flush()
+        return self.log.read_text(errors="replace")[-6000:]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(timeout=15)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        self._err.close()
+
+
+@pytest.fixture(scope="module")
+def net() -> Iterator[TestNet]:
+    try:
+        with test_network(3) as n:
+            yield n
+    except NetnsUnavailable as exc:  # pragma: no cover - probed above
+        pytest.skip(str(exc))
+
+
+@pytest.fixture
+def cluster(net: TestNet, tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(net, tmp_path)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+class Cluster:
+    """Three fresh workers and the controllers of one test; everything is undone at the end."""
+
+    def __init__(self, net: TestNet, tmp: Path) -> None:
+        self.net = net
+        self.tmp = tmp
+        self.controllers: list[Controller] = []
+        self.workers = [Worker(net, i, tmp / f"worker{i}.log", _env()) for i in range(3)]
+        for w in self.workers:
+            w.wait_listening()
+
+    @property
+    def addrs(self) -> list[str]:
+        return [w.addr for w in self.workers]
+
+    def controller(self, **env: str) -> Controller:
+        c = Controller(self.net, self.tmp / f"controller{len(self.controllers)}.log", _env(**env))
+        self.controllers.append(c)
+        return c
+
+    def restart_worker(self, i: int) -> Worker:
+        self.workers[i].stop()
+        self.workers[i] = Worker(self.net, i, self.tmp / f"worker{i}-again.log", _env())
+        self.workers[i].wait_listening()
+        return self.workers[i]
+
+    def close(self) -> None:
+        for node in self.net.hosts:
+            self.net.restore(node)
+            self.net.clear_impairment(node)
+        for c in self.controllers:
+            if c.proc.poll() is None:
+                c.proc.kill()
+            c.close()
+        for w in self.workers:
+            w.stop()
+
+
+def _host_of(pid: int, cluster: Cluster) -> int:
+    """Which worker a proc's pid descends from."""
+    for i, w in enumerate(cluster.workers):
+        if any(p.pid == pid for p in w.descendants()):
+            return i
+    raise AssertionError(f"pid {pid} is no worker's descendant")
+
+
+# -- the happy path ------------------------------------------------------------------------------
+def test_three_hosts_spawn_call_cross_host_and_shutdown(cluster: Cluster) -> None:
+    ctl = cluster.controller()
+    ctl.ok("attach", workers=cluster.addrs)
+    where = ctl.ok("spawn", gpus=2)
+    assert sorted((w["rank"]["hosts"], w["rank"]["gpus"]) for w in where) == [
+        (h, g) for h in range(3) for g in range(2)]
+    for w in where:  # every proc runs under the worker of its host, reached over the bridge
+        assert _host_of(w["pid"], cluster) == w["rank"]["hosts"]
+        assert cluster.net.hosts[w["rank"]["hosts"]].ip in w["addr"]
+    pid_at = {(w["rank"]["hosts"], w["rank"]["gpus"]): w["pid"] for w in where}
+    relayed = ctl.ok("relay")
+    assert len(relayed) == 6
+    for r in relayed:
+        peer = r["peer"]
+        assert peer["rank"] == {}  # a one-member slice has no dimensions left
+        me = next(k for k, v in pid_at.items() if v == r["me"])
+        assert peer["pid"] == pid_at[((me[0] + 1) % 3, me[1])]
+    took = ctl.ok("shutdown")
+    assert took < 10
+    for w in cluster.workers:
+        assert w.proc.wait(timeout=15) == 0, w.text()
+        assert not w.descendants()
+
+
+def test_stop_releases_workers_for_the_next_controller(cluster: Cluster) -> None:
+    first = cluster.controller()
+    first.ok("attach", workers=cluster.addrs)
+    first.ok("spawn", gpus=1)
+    first.ok("stop")
+    wait_for(lambda: all(not w.procs() for w in cluster.workers), 10, "procs to end on stop")
+    second = cluster.controller()
+    second.ok("attach", workers=cluster.addrs)
+    assert len(second.ok("spawn", gpus=1)) == 3
+    second.ok("shutdown")
+    for w in cluster.workers:
+        assert w.proc.wait(timeout=15) == 0
+
+
+# -- security -------------------------------------------------------------------------------------
+def test_unauthenticated_wrong_secret_and_other_version_are_refused(
+        cluster: Cluster, tmp_path: Path) -> None:
+    marker_dir = tmp_path / "markers"
+    marker_dir.mkdir()
+    # positive control: the payload does create its file when unpickled
+    import pickle
+
+    probe = pickle.loads(pickle.dumps(_Evil(str(marker_dir / "control"))))
+    probe.close()
+    assert (marker_dir / "control").exists()
+    (marker_dir / "control").unlink()
+
+    w = cluster.workers[0]
+    res = cluster.net.run("ctl", [sys.executable, str(Path(__file__)), "attack", w.addr,
+                                  str(marker_dir), SECRET], env=_env())
+    assert res.returncode == 0, res.stderr
+    attacks = {a["name"]: a for a in map(json.loads, res.stdout.splitlines())}
+    assert set(attacks) == {"garbage", "raw_frame", "wrong_secret", "other_version"}
+    assert all(a["closed"] for a in attacks.values())
+    assert "version mismatch" in (attacks["other_version"]["handshake_error"] or "")
+    assert "authentication failed" in (attacks["wrong_secret"]["handshake_error"] or "")
+
+    def refusals() -> list[str]:
+        return [ln for ln in w.text().splitlines() if "refused a connection" in ln]
+
+    lines = wait_for(lambda: len(refusals()) >= 4 and refusals(), 10, "4 refusal log lines")
+    text = "\n".join(lines)
+    assert text.count("bad magic") == 2, text
+    assert "authentication failed" in text
+    assert "version mismatch" in text and "regency-9.9" in text
+    assert list(marker_dir.iterdir()) == [], "an unauthenticated payload was unpickled"
+    assert w.proc.poll() is None
+
+    # a controller with the wrong secret, and one of another version, cannot attach ...
+    for env, expect in (({"REGENCY_SECRET": "wrong"}, "authentication failed"),
+                        ({"RGT_FAKE_VERSION": "regency-9.9"}, "version mismatch")):
+        bad = cluster.controller(REGENCY_CONNECT_TIMEOUT="4", **env)
+        reply = bad.ask("attach", timeout=30, workers=[w.addr])
+        assert not reply["ok"]
+        assert reply["err"] in ("TransportError", "AuthenticationError"), reply
+        assert expect in reply["msg"], reply["msg"]
+        bad.close()
+    # ... and the worker still serves a correct controller afterwards
+    good = cluster.controller()
+    good.ok("attach", workers=[w.addr])
+    assert len(good.ok("spawn", gpus=1)) == 1
+    good.ok("stop")
+    assert list(marker_dir.iterdir()) == []
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: attach_to_workers to a worker that refuses the "
+                   "handshake waits out connect_timeout (30 s) instead of failing at once")
+def test_refused_attach_fails_fast(cluster: Cluster) -> None:
+    bad = cluster.controller(REGENCY_SECRET="wrong")
+    t0 = time.monotonic()
+    reply = bad.ask("attach", timeout=45, workers=[cluster.addrs[0]])
+    took = time.monotonic() - t0
+    assert not reply["ok"]
+    assert took < 5, f"a refused attach took {took:.1f}s to fail"
+
+
+def test_a_busy_worker_refuses_a_second_controller(cluster: Cluster) -> None:
+    first = cluster.controller()
+    first.ok("attach", workers=cluster.addrs)
+    first.ok("spawn", gpus=1)
+    second = cluster.controller()
+    reply = second.ask("attach", timeout=40, workers=[cluster.addrs[1]])
+    assert not reply["ok"]
+    assert "busy" in reply["msg"] and cluster.workers[1].node.ip in reply["msg"], reply
+    assert len(first.ok("where")) == 3  # the first controller is not disturbed
+    first.ok("shutdown")
+
+
+# -- liveness -----------------------------------------------------------------------------------
+def _expect_host_lost(ctl: Controller, t_fault: float, host_ip: str) -> dict[str, Any]:
+    done = ctl.event("slow_done", LOST + MARGIN + 5)
+    assert not done["ok"], done
+    assert done["err"] == "SupervisionError", done
+    took = done["t"] - t_fault
+    assert took < LOST + MARGIN, f"detected after {took:.2f}s"
+    unhandled = ctl.event("unhandled", 5)
+    assert host_ip in unhandled["host"] or host_ip in unhandled["report"], unhandled
+    return done
+
+
+def test_cut_link_fails_pending_call_others_keep_working(cluster: Cluster) -> None:
+    ctl = cluster.controller()
+    ctl.ok("attach", workers=cluster.addrs)
+    ctl.ok("spawn", gpus=2)
+    assert ctl.ok("slow", host=1, secs=60) == "started"
+    t_cut = time.monotonic()
+    cluster.net.cut(1)
+    _expect_host_lost(ctl, t_cut, cluster.workers[1].node.ip)
+    for h in (0, 2):
+        assert len(ctl.ok("host", host=h)) == 2
+    # the worker behind the cut link notices its controller is gone and kills its procs
+    wait_for(lambda: not cluster.workers[1].procs(), LOST + 5, "the cut-off worker's procs to die")
+    t0 = time.monotonic()
+    ctl.ok("shutdown", timeout=30)
+    assert time.monotonic() - t0 < 5, "shutdown waited on the lost host"
+
+
+def test_sigstop_worker_is_detected(cluster: Cluster) -> None:
+    ctl = cluster.controller()
+    ctl.ok("attach", workers=cluster.addrs)
+    ctl.ok("spawn", gpus=1)
+    ctl.ok("slow", host=2, secs=60)
+    t_stop = time.monotonic()
+    cluster.workers[2].proc.send_signal(signal.SIGSTOP)
+    _expect_host_lost(ctl, t_stop, cluster.workers[2].node.ip)
+    assert len(ctl.ok("host", host=0)) == 1
+    cluster.workers[2].proc.send_signal(signal.SIGCONT)
+    wait_for(lambda: not cluster.workers[2].procs(), 10, "the resumed worker to drop its procs")
+
+
+@pytest.mark.skipif(not loss_available(), reason="neither netem nor nft can drop packets here")
+def test_delay_and_loss_calls_still_complete(cluster: Cluster) -> None:
+    ctl = cluster.controller()
+    ctl.ok("attach", workers=cluster.addrs)
+    ctl.ok("spawn", gpus=1)
+    applied = cluster.net.impair(0, delay_ms=50, loss_pct=5)
+    print("impairment applied:", applied)
+    stats = ctl.ok("echo_many", timeout=60, host=0, n=40, size=20000)
+    if applied["delay_ms"]:
+        assert stats["min"] >= applied["delay_ms"] / 1000 * 0.9, stats
+    assert len(ctl.ok("host", host=0, timeout=20)) == 1
+    assert not ctl.events or all(e["ev"] != "unhandled" for e in ctl.events), ctl.events
+    cluster.net.clear_impairment(0)
+    ctl.ok("shutdown")
+
+
+def test_sigkilled_controller_worker_kills_procs_and_takes_next(cluster: Cluster) -> None:
+    ctl = cluster.controller()
+    ctl.ok("attach", workers=cluster.addrs)
+    ctl.ok("spawn", gpus=2)
+    assert all(len(w.procs()) == 2 for w in cluster.workers)
+    ctl.proc.send_signal(signal.SIGKILL)
+    ctl.proc.wait(timeout=5)
+    for w in cluster.workers:
+        wait_for(lambda w=w: not w.procs(), 5, f"worker {w.index}'s procs to be killed")
+        assert w.proc.poll() is None
+    nxt = cluster.controller()
+    nxt.ok("attach", workers=cluster.addrs)
+    assert len(nxt.ok("spawn", gpus=1)) == 3
+    nxt.ok("shutdown")
+
+
+def test_controller_cut_off_worker_lease_lapses(cluster: Cluster) -> None:
+    """The controller's link is cut (no reset reaches the workers): their leases lapse."""
+    ctl = cluster.controller()
+    ctl.ok("attach", workers=cluster.addrs)
+    ctl.ok("spawn", gpus=1)
+    t_cut = time.monotonic()
+    cluster.net.cut("ctl")
+    for w in cluster.workers:
+        wait_for(lambda w=w: not w.procs(), LOST + 5, f"worker {w.index}'s procs to be killed")
+    assert time.monotonic() - t_cut < LOST + 5
+    cluster.net.restore("ctl")
+    nxt = cluster.controller()
+    nxt.ok("attach", workers=cluster.addrs)
+    assert len(nxt.ok("spawn", gpus=1)) == 3
+    nxt.ok("shutdown")
