@@ -276,17 +276,25 @@ def wait_for(pred: Any, timeout: float, what: str, interval: float = 0.02) -> An
         time.sleep(interval)
 
 
+_LOGGING_WORKER = ("import logging, sys; logging.basicConfig(level=logging.INFO, "
+                   "format='%(levelname)s %(name)s: %(message)s'); "
+                   "from regency._cli.main import main; sys.exit(main(sys.argv[1:]))")
+
+
 class Worker:
     """One ``regency worker`` process in a host namespace, with its output in a log file."""
 
-    def __init__(self, net: TestNet, index: int, log: Path, env: dict[str, str]) -> None:
+    def __init__(self, net: TestNet, index: int, log: Path, env: dict[str, str],
+                 plain: bool = False) -> None:
         self.net = net
         self.index = index
         self.node = net.hosts[index]
         self.addr = f"tcp://{self.node.ip}:{PORT}"
         self.log = log
+        # ``plain``: exactly ``python -m regency worker``; else with Python logging shown
+        start = ["-m", "regency"] if plain else ["-c", _LOGGING_WORKER]
         with open(log, "wb") as out:
-            self.proc = net.popen(index, [sys.executable, "-m", "regency", "worker", "--listen",
+            self.proc = net.popen(index, [sys.executable, *start, "worker", "--listen",
                                           self.addr], stdout=out, stderr=subprocess.STDOUT,
                                   stdin=subprocess.DEVNULL, env=env)
 
@@ -449,9 +457,10 @@ class Cluster:
         self.controllers.append(c)
         return c
 
-    def restart_worker(self, i: int) -> Worker:
+    def restart_worker(self, i: int, plain: bool = False) -> Worker:
         self.workers[i].stop()
-        self.workers[i] = Worker(self.net, i, self.tmp / f"worker{i}-again.log", _env())
+        self.workers[i] = Worker(self.net, i, self.tmp / f"worker{i}-again.log", _env(),
+                                 plain=plain)
         self.workers[i].wait_listening()
         return self.workers[i]
 
@@ -537,7 +546,7 @@ def test_unauthenticated_wrong_secret_and_other_version_are_refused(
     assert "version mismatch" in (attacks["other_version"]["handshake_error"] or "")
     assert "authentication failed" in (attacks["wrong_secret"]["handshake_error"] or "")
 
-    def refusals() -> list[str]:
+    def refusals() -> list[str]:  # the worker runs with Python logging shown
         return [ln for ln in w.text().splitlines() if "refused a connection" in ln]
 
     lines = wait_for(lambda: len(refusals()) >= 4 and refusals(), 10, "4 refusal log lines")
@@ -563,6 +572,19 @@ def test_unauthenticated_wrong_secret_and_other_version_are_refused(
     assert len(good.ok("spawn", gpus=1)) == 1
     good.ok("stop")
     assert list(marker_dir.iterdir()) == []
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: a plain `regency worker` prints nothing when it "
+                   "refuses a connection (the 'regency' logger has only a NullHandler and the "
+                   "worker command configures no logging)")
+def test_plain_worker_logs_refused_connections(cluster: Cluster) -> None:
+    w = cluster.restart_worker(0, plain=True)
+    res = cluster.net.run("ctl", [sys.executable, "-c", (
+        "import socket, sys; s = socket.create_connection((sys.argv[1], int(sys.argv[2])), 5); "
+        "s.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n'); s.settimeout(5); s.recv(100)"),
+        w.node.ip, str(PORT)])
+    assert res.returncode == 0, res.stderr
+    wait_for(lambda: "refused" in w.text(), 3, "a log line about the refused connection")
 
 
 @pytest.mark.xfail(strict=True, reason="BUG: attach_to_workers to a worker that refuses the "
@@ -612,9 +634,25 @@ def test_cut_link_fails_pending_call_others_keep_working(cluster: Cluster) -> No
         assert len(ctl.ok("host", host=h)) == 2
     # the worker behind the cut link notices its controller is gone and kills its procs
     wait_for(lambda: not cluster.workers[1].procs(), LOST + 5, "the cut-off worker's procs to die")
-    t0 = time.monotonic()
-    ctl.ok("shutdown", timeout=30)
-    assert time.monotonic() - t0 < 5, "shutdown waited on the lost host"
+    assert "missed its heartbeats" in cluster.workers[1].text()
+    ctl.ok("shutdown", timeout=30)  # bounded, but see test_shutdown_after_a_host_is_lost_is_prompt
+    for i in (0, 2):
+        assert cluster.workers[i].proc.wait(timeout=15) == 0
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: HostMesh.shutdown()/stop() after a host was lost "
+                   "waits 10 s for the lost worker to answer 'release' (release_workers does not "
+                   "skip workers already declared lost)")
+def test_shutdown_after_a_host_is_lost_is_prompt(cluster: Cluster) -> None:
+    ctl = cluster.controller()
+    ctl.ok("attach", workers=cluster.addrs)
+    ctl.ok("spawn", gpus=1)
+    ctl.ok("slow", host=1, secs=60)
+    t_cut = time.monotonic()
+    cluster.net.cut(1)
+    _expect_host_lost(ctl, t_cut, cluster.workers[1].node.ip)
+    took = ctl.ok("shutdown", timeout=30)
+    assert took < 3, f"shutdown took {took:.1f}s: it waited on the lost host"
 
 
 def test_sigstop_worker_is_detected(cluster: Cluster) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 from .. import config
 from .._runtime import _messages as m
 from .._runtime._cell import AsyncCell, SyncCell
+from .._runtime._host_agent import write_lines
 from .._runtime._runtime import Runtime
 from ..errors import MeshFailure, SupervisionError
 from ._supervisor import Supervisor
@@ -34,6 +35,7 @@ def install(rt: Runtime) -> None:
     h["proc_exited"] = lambda msg: _proc_exited(rt, msg)
     h["get_or_spawn_controller"] = lambda msg: _get_or_spawn_controller(rt, msg)
     h["fault"] = lambda msg: _fault(rt, msg)
+    h["proc_output"] = lambda msg: write_lines(msg["label"], msg["stream"], msg["lines"])
     rt.peer_lost_hooks.append(lambda addr, exc: _peer_lost(rt, addr, exc))
     rt.extra["supervisor"] = Supervisor(rt)
 

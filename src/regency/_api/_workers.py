@@ -58,6 +58,7 @@ class WorkerService:
                 f"worker {self.rt.address} is busy serving controller {self.controller}"))
             return
         self.controller = who
+        self.agent.forward_to = who
         self.lease = float(msg.get("lease", 5.0))
         self.last_heartbeat = time.monotonic()
         log.info("regency worker: serving controller %s", who)
@@ -88,6 +89,7 @@ class WorkerService:
         log.warning("regency worker: %s; killing %d proc(s), ready for the next", why, n)
         self.agent.kill()
         self.controller = None
+        self.agent.forward_to = ""
 
     async def watch_lease(self) -> None:
         """Detach when the controller stops renewing its lease."""

@@ -50,6 +50,17 @@ class ProcRecord:
     partial: dict[int, bytes] = field(default_factory=dict)
 
 
+def write_lines(label: str, kind: str, lines: list[str]) -> None:
+    """Print a proc's lines on our stdout or stderr, each prefixed with ``[label]``."""
+    stream = sys.stderr if kind == "stderr" else sys.stdout
+    prefix = f"[{label}] " if config.get("prefix_with_rank") else ""
+    try:
+        stream.write("".join(f"{prefix}{t}\n" for t in lines))
+        stream.flush()
+    except (OSError, ValueError):
+        pass
+
+
 def describe_status(status: int) -> str:
     """'exited with code 3' / 'killed by signal SIGKILL' from a wait status."""
     if os.WIFSIGNALED(status):
@@ -97,6 +108,7 @@ class HostAgent:
         handlers["stop_procs"] = self._on_stop_procs
         handlers["resolve"] = self._on_resolve
         self.advertise_host = ""  # set on workers: procs listen on tcp at this host
+        self.forward_to = ""  # set on workers: the controller that gets the procs' output
         self._resolving: dict[str, list[tuple[str, int]]] = {}
 
     # -- the fork server -------------------------------------------------------------------
@@ -254,15 +266,16 @@ class HostAgent:
     def _emit(self, rec: ProcRecord, lines: list[bytes], stream: TextIO) -> None:
         if not lines:
             return
-        prefix = f"[{rec.label}] " if config.get("prefix_with_rank") else ""
         text = [ln.decode("utf-8", "replace") for ln in lines]
         rec.tail.extend(text)
-        if config.get("enable_log_forwarding"):
-            try:
-                stream.write("".join(f"{prefix}{t}\n" for t in text))
-                stream.flush()
-            except (OSError, ValueError):
-                pass
+        if not config.get("enable_log_forwarding"):
+            return
+        kind = "stderr" if stream is sys.stderr else "stdout"
+        if self.forward_to:  # a worker: the lines belong at the controller's terminal
+            self.rt.send_sys(self.forward_to, "proc_output", label=rec.label, stream=kind,
+                             lines=text)
+            return
+        write_lines(rec.label, kind, text)
 
     def _close_pipe(self, rec: ProcRecord, fd: int, stream: TextIO) -> None:
         self.rt.loop.remove_reader(fd)

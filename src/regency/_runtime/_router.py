@@ -29,7 +29,7 @@ from ..errors import AuthenticationError
 from ._bufpool import POOL
 
 log = logging.getLogger("regency.router")
-VERSION = "regency-0.1"
+VERSION = "0.1.0"  # regency's version, checked in every handshake (peers must match)
 
 Frame = list[Any]
 
