@@ -23,7 +23,12 @@ def digest(data: Any) -> str:
 
 def ramp(nbytes: int, seed: int) -> np.ndarray:
     """Cheap to make at 1 GiB: ``(i + seed) % 256``."""
-    return np.resize(np.roll(np.arange(256, dtype=np.uint8), -seed), nbytes)
+    row = np.roll(np.arange(256, dtype=np.uint8), -seed)
+    out = np.empty(nbytes, dtype=np.uint8)
+    full = nbytes - nbytes % 256
+    out[:full].reshape(-1, 256)[:] = row
+    out[full:] = row[: nbytes - full]
+    return out
 
 
 def make_data(kind: str, nbytes: int, seed: int) -> Any:

@@ -25,20 +25,17 @@ def owner():
 
 
 @pytest.fixture(scope="module")
-def big(owner):
-    return owner.make.call_one("big", "ramp", GiB, 3).get(timeout=T)
-
-
-@pytest.fixture(scope="module")
-def dst():
+def big_and_dst(owner):
+    pending = owner.make.call_one("big", "ramp", GiB, 3)  # the owner fills while we touch
     out = np.empty(GiB, dtype=np.uint8)
     out[:] = 0  # touch the pages now, not during the transfer
-    return out
+    return pending.get(timeout=T), out
 
 
 @pytest.mark.parametrize(("op", "transport"), [("read", "tcp"), ("read", "vm"),
                                                ("write", "unix")])
-def test_ping_owner_during_1gib_transfer(owner, big, dst, op, transport) -> None:
+def test_ping_owner_during_1gib_transfer(owner, big_and_dst, op, transport) -> None:
+    big, dst = big_and_dst
     owner.ping.call_one().get(timeout=T)  # connection warm
     if op == "read":
         fut = big.read_into(dst, transport=transport, timeout=T)

@@ -75,3 +75,23 @@ def test_describe_unpicklable_names_the_argument() -> None:
 ))
 def test_roundtrip_of_plain_data(obj: object) -> None:
     assert roundtrip(obj) == obj
+
+
+def test_large_bytes_arguments_go_out_of_band() -> None:
+    from regency._runtime._pickling import dumps_call
+
+    payload = b"y" * (OOB_THRESHOLD * 2)
+    data, buffers = dumps_call((1, payload), {"k": bytearray(payload)})
+    assert len(buffers) == 2
+    assert len(data) < 1024
+
+
+def test_torch_cpu_tensors_go_out_of_band_without_copy() -> None:
+    torch = pytest.importorskip("torch")
+    t = torch.arange(1 << 18, dtype=torch.float32)
+    data, buffers = dumps({"w": t, "p": torch.nn.Parameter(torch.ones(4))})
+    assert len(data) < 2048 and len(buffers) == 1
+    assert np.shares_memory(np.frombuffer(buffers[0].raw(), dtype=np.float32), t.numpy())
+    back = loads(data, [b.raw() for b in buffers])
+    assert torch.equal(back["w"], t)
+    assert isinstance(back["p"], torch.nn.Parameter) and back["p"].requires_grad

@@ -18,13 +18,17 @@ that merely contains the text ``__main__`` down the slow path, which is still co
 
 from __future__ import annotations
 
+import copyreg
+import io
 import pickle
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
 
 OOB_THRESHOLD = 64 * 1024
+_TORCH_NUMPY: set[Any] = set()  # torch dtypes numpy can view (filled on first use)
 _MAIN = b"__main__"
 
 Buffers = list[pickle.PickleBuffer]
@@ -109,14 +113,60 @@ def _dumps(obj: Any) -> tuple[bytes, Buffers]:
         buffers.append(buf)
         return False
 
+    torch = sys.modules.get("torch")
     try:
-        data = pickle.dumps(obj, protocol=5, buffer_callback=callback)
+        if torch is not None:
+            data = _dumps_with_tensors(obj, callback, torch, pickle.Pickler)
+        else:
+            data = pickle.dumps(obj, protocol=5, buffer_callback=callback)
         if _MAIN not in data:
             return data, buffers
-    except Exception:
+    except Exception:  # noqa: BLE001 - any failure means: try by value
         pass
     buffers.clear()
+    if torch is not None:
+        return _dumps_with_tensors(obj, callback, torch, cloudpickle.Pickler), buffers
     return cloudpickle.dumps(obj, protocol=5, buffer_callback=callback), buffers
+
+
+def _dumps_with_tensors(obj: Any, callback: Any, torch: Any, base: Any) -> bytes:
+    """Pickle with CPU tensors sent as their numpy view: out-of-band, never copied.
+
+    torch's own pickling copies a tensor's storage into the pickle. Only used when torch is
+    already imported (regency never imports it itself).
+    """
+    f = io.BytesIO()
+    p = base(f, protocol=5, buffer_callback=callback)
+    table = dict(getattr(p, "dispatch_table", None) or copyreg.dispatch_table)
+    table[torch.Tensor] = _reduce_tensor
+    table[torch.nn.Parameter] = _reduce_tensor
+    p.dispatch_table = table
+    p.dump(obj)
+    return f.getvalue()
+
+
+def _reduce_tensor(t: Any) -> Any:
+    import torch
+
+    if not _TORCH_NUMPY:
+        _TORCH_NUMPY.update({torch.float64, torch.float32, torch.float16, torch.int64,
+                             torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool,
+                             torch.complex64, torch.complex128})
+    if t.device.type != "cpu" or t.is_sparse or t.dtype not in _TORCH_NUMPY or t.is_conj():
+        return t.__reduce_ex__(5)  # torch's own way (copies)
+    parameter = isinstance(t, torch.nn.Parameter)
+    return _rebuild_tensor, (t.detach().contiguous().numpy(), bool(t.requires_grad), parameter)
+
+
+def _rebuild_tensor(array: Any, requires_grad: bool, parameter: bool) -> Any:
+    import torch
+
+    if not array.flags.writeable:
+        array = array.copy()  # small, in-band arrays arrive read-only
+    t = torch.from_numpy(array)
+    if parameter:
+        return torch.nn.Parameter(t, requires_grad=requires_grad)
+    return t.requires_grad_(requires_grad) if requires_grad else t
 
 
 def loads(data: bytes | memoryview, buffers: Any = ()) -> Any:
