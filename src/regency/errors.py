@@ -130,7 +130,8 @@ class MeshFailure:
         return "\n".join(lines)
 
     def __str__(self) -> str:
-        return f"MeshFailure(mesh_name={self.mesh_name}, crashed_ranks={self.ranks}, cause={self.cause})"
+        return (f"MeshFailure(mesh_name={self.mesh_name}, crashed_ranks={self.ranks}, "
+                f"cause={self.cause})")
 
 
 class SupervisionError(RegencyError, RuntimeError):

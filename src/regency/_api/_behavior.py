@@ -279,7 +279,7 @@ class ActorBehavior:
             return self._supervise_async(fn, failure, done)
         try:
             handled = fn(failure)
-        except Exception as exc:  # noqa: BLE001 - raising means: not handled
+        except Exception as exc:
             done(False, exc)
             return None
         done(bool(handled), None)
@@ -290,7 +290,7 @@ class ActorBehavior:
             handled = fn(failure)
             if inspect.isawaitable(handled):
                 handled = await handled
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             done(False, exc)
             return
         done(bool(handled), None)

@@ -19,8 +19,8 @@ from .._runtime._cell import AsyncCell, SyncCell
 from .._runtime._host_agent import write_lines
 from .._runtime._runtime import Runtime
 from ..errors import MeshFailure, SupervisionError
-from ._supervisor import Supervisor
 from ._behavior import ActorBehavior
+from ._supervisor import Supervisor
 
 log = logging.getLogger("regency.dispatch")
 
@@ -51,7 +51,7 @@ def _spawn_actor(rt: Runtime, msg: dict[str, Any]) -> None:
     if why is None:
         try:
             msg["cls"], msg["args"], msg["kwargs"] = pickle.loads(msg.pop("body"))
-        except Exception as exc:  # noqa: BLE001 - reported as the actor's failure
+        except Exception as exc:
             why = (f"the actor class {msg['class_name']} (or its arguments) could not be loaded "
                    f"in the proc: {type(exc).__name__}: {exc}")
     else:

@@ -56,7 +56,7 @@ class Future(Generic[R]):
                 label = c.label() if callable(c.label) else c.label
                 what = f": still waiting for {label}" if label else ""
                 raise TimeoutError(f"no result within {timeout}s{what}")
-        return c.outcome()  # type: ignore[no-any-return]
+        return c.outcome()  # type: ignore[no-any-return,unused-ignore]
 
     def _guard_blocking(self) -> None:
         try:
@@ -104,7 +104,7 @@ class Future(Generic[R]):
         except RuntimeError:
             raise ValueError("__await__ with no active event loop") from None
         if c.done():
-            return c.outcome()  # type: ignore[no-any-return]
+            return c.outcome()  # type: ignore[no-any-return,unused-ignore]
         guard = self._blocking_guard
         if guard is not None:
             problem = guard.awaiting() if hasattr(guard, "awaiting") else None

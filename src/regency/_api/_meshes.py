@@ -541,7 +541,7 @@ class HostMesh(MeshTrait):
         for agent, procs in requests.items():
             rt.send_sys(agent, "spawn_procs", procs=procs, spec=spec, owner=rt.contact,
                         mesh_uid=uid, env=dict(os.environ), cwd=os.getcwd(),
-                        sys_path=[p for p in sys.path])
+                        sys_path=list(sys.path))
         return ProcMesh(uid, name, shape, tuple(addrs), tuple(agents))
 
     def shutdown(self) -> Future[None]:

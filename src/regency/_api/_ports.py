@@ -24,7 +24,8 @@ class Port(Generic[R]):
     ``explicit_response_port`` endpoint by ``call``/``call_one``/``stream`` is once-only.
     """
 
-    def __init__(self, addr: str, port_id: int, rank: int | None = None, once: bool = False) -> None:
+    def __init__(self, addr: str, port_id: int, rank: int | None = None,
+                 once: bool = False) -> None:
         self._addr = addr
         self._port_id = port_id
         self._rank = rank

@@ -40,8 +40,8 @@ from .._supervision import (
     ProcExited,
     RunRootHook,
     StartGraceTimer,
-    SupervisionState,
     SuperviseDone,
+    SupervisionState,
 )
 from ..errors import MeshFailure, SupervisionError
 from . import _failfast
@@ -149,7 +149,7 @@ class Supervisor:
                 continue
             try:
                 self._do(action)
-            except Exception:  # noqa: BLE001 - one failed action must not stop the others
+            except Exception:
                 log.exception("regency: supervision action %r failed", action)
         if hooks:
             hooks.sort(key=lambda pair: not pair[1].actor_class)
@@ -221,7 +221,7 @@ class Supervisor:
             exit_requested = False
             try:
                 hook(failure)
-            except BaseException as exc:  # noqa: BLE001 - the hook raising means: stop
+            except BaseException as exc:
                 exit_requested = True
                 if not isinstance(exc, SystemExit):
                     log.error("regency: unhandled_fault_hook raised %r", exc)

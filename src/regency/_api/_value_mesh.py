@@ -74,7 +74,8 @@ class ValueMesh(MeshTrait, Generic[R]):
             return self.item(**dict(key))
         if isinstance(key, dict):
             return self.item(**key)
-        raise TypeError(f"ValueMesh index must be an int, a Point or a dict, not {type(key).__name__}")
+        raise TypeError(
+            f"ValueMesh index must be an int, a Point or a dict, not {type(key).__name__}")
 
     def _at(self, local: int) -> R:
         return self._values[self._shape_.global_rank(local)]
@@ -95,4 +96,5 @@ class ValueMesh(MeshTrait, Generic[R]):
 
     def __repr__(self) -> str:
         body = ",\n".join(f"  ({dict(p)}, {v!r})" for p, v in self.items())
-        return f"ValueMesh({self._shape_.extent}):\n{body}" if body else f"ValueMesh({self._shape_.extent})"
+        head = f"ValueMesh({self._shape_.extent})"
+        return f"{head}:\n{body}" if body else head

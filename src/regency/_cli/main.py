@@ -28,7 +28,7 @@ def _doctor(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     procs = this_host().spawn_procs(per_host={"procs": 1})
     probe = procs.spawn("doctor", _Probe)
-    answer = probe.ping.call_one().get(timeout=30)
+    answer = probe.ping.call_one().get(timeout=30)  # type: ignore[attr-defined]
     procs.stop().get(timeout=30)
     took = time.perf_counter() - start
     print(f"spawned a proc, called it ({answer}) and stopped it in {took:.2f}s: OK")

@@ -8,7 +8,6 @@ from typing import Any, NamedTuple
 
 from .._api._bootstrap import runtime
 from .._api._future import Future, completed, failed
-from .._runtime import _messages as m
 from .._runtime._completion import Completion
 from .._runtime._runtime import Runtime
 from . import _transfer
@@ -254,7 +253,7 @@ class RDMAAction:
         try:
             futures = [buf._start(op, region, timeout, None)
                        for op, buf, _, region in self._ops]
-        except Exception as exc:  # noqa: BLE001 - reported through the future, like Monarch
+        except Exception as exc:
             return failed(exc)
         done = Completion(f"RDMAAction of {len(futures)} transfers")
         left = [len(futures)]

@@ -106,7 +106,7 @@ def transfer(pool: Pool, address: str, secret: bytes, desc: Descriptor, op: int,
             _send(sock, view, deadline)
             _reply(sock, deadline)
         reusable = True
-    except socket.timeout:
+    except TimeoutError:
         raise TimeoutError("the transfer did not finish in time") from None
     finally:
         if reusable:

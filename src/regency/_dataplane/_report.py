@@ -50,7 +50,7 @@ def _probe_read(buf: RDMABuffer, seed: int, transport: str | None = None) -> dic
     start = time.perf_counter()
     try:
         buf.read_into(dst, transport=transport, timeout=10).get(timeout=15)
-    except Exception as exc:  # noqa: BLE001 - reported, not raised
+    except Exception as exc:
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}",
                 "choice": tuple(buf.transport_for())}
     took = time.perf_counter() - start

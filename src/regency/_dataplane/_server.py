@@ -69,7 +69,7 @@ class DataServer:
             handshake(conn, ServerHandshake(self.secret, p.VERSION))
             while self._one_request(conn):
                 pass
-        except Exception as exc:  # noqa: BLE001 - a bad peer must not take anything down
+        except Exception as exc:
             if not isinstance(exc, (ConnectionError, OSError)):
                 log.warning("regency: data connection ended: %s", exc)
         finally:

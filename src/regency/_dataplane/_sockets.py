@@ -72,7 +72,7 @@ def handshake(sock: socket.socket, hs: ClientHandshake | ServerHandshake) -> Non
             out = hs.data_to_send()
             if out:
                 sock.sendall(out)
-    except socket.timeout:
+    except TimeoutError:
         raise TimeoutError("data connection handshake took too long") from None
     finally:
         sock.settimeout(saved)

@@ -142,7 +142,7 @@ class _Job:
     def run(self) -> None:
         try:
             self._run(self.choice.name)
-        except BaseException as exc:  # noqa: BLE001 - every failure goes to the future
+        except BaseException as exc:
             self.done.set_exception(self._explain(exc))
         else:
             self.done.set_result(None)
@@ -267,7 +267,7 @@ def _in_pieces(fn: Callable[[int, int], None], n: int, ways: int) -> None:
     def guarded(lo: int, hi: int) -> None:
         try:
             fn(lo, hi)
-        except BaseException as exc:  # noqa: BLE001 - re-raised on the calling thread
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=guarded, args=(bounds[i], bounds[i + 1]), daemon=True,

@@ -175,7 +175,8 @@ class HostAgent:
             self._spawn_one(req, entry)
 
     def _spawn_one(self, req: dict[str, Any], entry: dict[str, Any]) -> None:
-        rec = ProcRecord(entry["addr"], entry["label"], req["owner"], req["mesh_uid"], entry["rank"])
+        rec = ProcRecord(entry["addr"], entry["label"], req["owner"], req["mesh_uid"],
+                         entry["rank"])
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         self._tokens += 1
@@ -186,7 +187,7 @@ class HostAgent:
                "env": req["env"], "cwd": req["cwd"], "sys_path": req["sys_path"]}
         try:
             data = pickle.dumps(msg)
-        except Exception as exc:  # noqa: BLE001 - reported to the owner
+        except Exception as exc:
             for fd in (out_r, out_w, err_r, err_w):
                 os.close(fd)
             self._notify_owner(rec, f"could not be spawned: {exc}", expected=False)

@@ -95,7 +95,7 @@ def dumps_inband(obj: Any) -> bytes:
         data = pickle.dumps(obj, protocol=5)
         if _MAIN not in data:
             return data
-    except Exception:  # noqa: BLE001 - any failure means: try by value
+    except Exception:
         pass
     return cloudpickle.dumps(obj, protocol=5)
 
@@ -121,7 +121,7 @@ def _dumps(obj: Any) -> tuple[bytes, Buffers]:
             data = pickle.dumps(obj, protocol=5, buffer_callback=callback)
         if _MAIN not in data:
             return data, buffers
-    except Exception:  # noqa: BLE001 - any failure means: try by value
+    except Exception:
         pass
     buffers.clear()
     if torch is not None:

@@ -13,6 +13,9 @@ from collections.abc import Container, Sequence
 from .._mesh import Shape, Slice
 from .._mesh._tree import children, hops
 
+Cast = tuple[tuple[str, ...], int, tuple[int, ...], tuple[int, ...]]
+"""A cast's target slice as it travels: (labels, offset, sizes, strides)."""
+
 
 class Tree:
     """The relay tree of one actor mesh."""
@@ -26,16 +29,16 @@ class Tree:
         self.fanout = fanout
         self.pos_of = {g: i for i, g in enumerate(self.ranks)}
 
-    def next_hops(self, pos: int, cast: tuple[object, ...], dead: Container[str]) -> list[str]:
+    def next_hops(self, pos: int, cast: Cast, dead: Container[str]) -> list[str]:
         """Addresses to forward a message cast to ``cast`` to, from position ``pos``."""
         labels, offset, sizes, strides = cast
         count = 1
-        for size in sizes:  # type: ignore[union-attr]
-            count *= size  # type: ignore[operator]
+        for size in sizes:
+            count *= size
         if count == self.n:  # the whole mesh: every child
             positions = list(children(pos, self.n, self.fanout))
         else:
-            shape = Shape(labels, Slice(offset, sizes, strides))  # type: ignore[arg-type]
+            shape = Shape(labels, Slice(offset, sizes, strides))
             targets = [self.pos_of[g] for g in shape.ranks() if g in self.pos_of]
             positions = hops(pos, targets, self.n, self.fanout)
         out: list[str] = []
@@ -43,7 +46,7 @@ class Tree:
             self._reachable(p, cast, dead, out)
         return out
 
-    def _reachable(self, pos: int, cast: tuple[object, ...], dead: Container[str],
+    def _reachable(self, pos: int, cast: Cast, dead: Container[str],
                    out: list[str]) -> None:
         addr = self.addrs[pos]
         if addr not in dead:
@@ -51,11 +54,11 @@ class Tree:
             return
         out.extend(self.next_hops(pos, cast, dead))  # route around a dead relay
 
-    def is_target(self, global_rank: int, cast: tuple[object, ...]) -> bool:
+    def is_target(self, global_rank: int, cast: Cast) -> bool:
         """Whether the member at ``global_rank`` is one of the cast's targets."""
-        labels, offset, sizes, strides = cast
+        _labels, offset, sizes, strides = cast
         try:
-            Slice(offset, sizes, strides).local_rank(global_rank)  # type: ignore[arg-type]
+            Slice(offset, sizes, strides).local_rank(global_rank)
         except ValueError:
             return False
         return True

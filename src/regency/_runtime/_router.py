@@ -148,9 +148,10 @@ class Router:
             try:
                 assert self.resolver is not None, "no resolver for via: addresses"
                 target = await self.resolver(peer.addr)
-            except Exception as exc:  # noqa: BLE001 - the peer cannot be found: it is dead
+            except Exception as exc:
                 log.warning("regency: cannot resolve %s: %s", peer.addr, exc)
-                self._mark_dead(peer, exc if isinstance(exc, OSError) else ConnectionError(str(exc)))
+                lost = exc if isinstance(exc, OSError) else ConnectionError(str(exc))
+                self._mark_dead(peer, lost)
                 return
         while True:
             try:

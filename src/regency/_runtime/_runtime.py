@@ -266,7 +266,7 @@ class Runtime:
 
     async def _resolve(self, logical: str) -> str:
         """The physical address of a ``via:AGENT/NAME`` proc, asked of its host agent."""
-        agent, _, name = logical[len("via:"):].partition("/")
+        agent = logical[len("via:"):].partition("/")[0]
         fut: asyncio.Future[Any] = self.loop.create_future()
 
         def on_reply(env: tuple[Any, ...], frame: list[memoryview]) -> None:
