@@ -11,41 +11,67 @@ Run from the repository root::
     .venv/bin/python benchmarks/dataplane.py                       # 1 MiB, 64 MiB, 1 GiB
     .venv/bin/python benchmarks/dataplane.py --sizes 1M,64M --transports vm,tcp --runs 9
 
+With ``--monarch`` the same measurement also runs under Monarch (``torchmonarch`` in
+``.bench-venvs/monarch``, see ``benchmarks/setup_peers.sh``), in a subprocess that runs this
+very file with ``DATAPLANE_BENCH_FRAMEWORK=monarch``; its transport is whatever Monarch picks
+(its TCP fallback on machines without ibverbs).
+
 It prints a markdown table on stdout (progress on stderr).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import json
+import os
 import statistics
+import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from regency.actor import Actor, endpoint, this_host
-from regency.rdma import RDMABuffer
+FRAMEWORK = os.environ.get("DATAPLANE_BENCH_FRAMEWORK", "regency")
+_actor = importlib.import_module(f"{FRAMEWORK}.actor")
+RDMABuffer = importlib.import_module(f"{FRAMEWORK}.rdma").RDMABuffer
+Actor, endpoint, this_host = _actor.Actor, _actor.endpoint, _actor.this_host
 
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+MONARCH_PYTHON = Path(__file__).resolve().parents[1] / ".bench-venvs/monarch/bin/python"
+
+
+def new_array(nbytes: int) -> Any:
+    """Touched memory of ``nbytes``: numpy for regency, a torch tensor for Monarch (which
+    registers only tensors and memoryviews)."""
+    if FRAMEWORK == "monarch":
+        import torch
+
+        return torch.ones(nbytes, dtype=torch.uint8)
+    return np.ones(nbytes, dtype=np.uint8)
 
 
 class Owner(Actor):
     """Owns one buffer at a time."""
 
     def __init__(self) -> None:
-        self.buf: RDMABuffer | None = None
+        self.buf: Any = None
         self.data: Any = None
 
     @endpoint
-    def make(self, nbytes: int) -> RDMABuffer:
-        self.free()
-        self.data = np.ones(nbytes, dtype=np.uint8)
+    def make(self, nbytes: int) -> Any:
+        self._release()
+        self.data = new_array(nbytes)
         self.buf = RDMABuffer(self.data)
         return self.buf
 
     @endpoint
     def free(self) -> None:
+        self._release()
+
+    def _release(self) -> None:
         if self.buf is not None:
             self.buf.drop().get()
         self.buf = self.data = None
@@ -75,6 +101,12 @@ def runs_for(n: int, runs: int | None) -> int:
     return 30 if n <= 4 << 20 else 9 if n <= 256 << 20 else 5
 
 
+def memcpy_gbps(dst: np.ndarray, runs: int) -> float:
+    """The reference: one copy of ``dst.nbytes`` between two touched arrays."""
+    src = np.ones_like(dst)
+    return median_gbps(dst.nbytes, runs, lambda: np.copyto(dst, src))
+
+
 def median_gbps(n: int, runs: int, fn: Any) -> float:
     fn()  # warm-up: connections, page tables
     times = []
@@ -90,36 +122,70 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="1M,64M,1G")
     ap.add_argument("--transports", default="vm,unix,tcp")
     ap.add_argument("--runs", type=int, default=None, help="runs per figure (default by size)")
+    ap.add_argument("--monarch", action="store_true", help="add Monarch's figures (subprocess)")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     transports = [t.strip() for t in args.transports.split(",") if t.strip()]
-
-    procs = this_host().spawn_procs(per_host={"procs": 1}, name="dataplane-bench")
-    owner = procs.spawn("owner", Owner).slice(procs=0)
-    rows = []
-    try:
-        for n in sizes:
-            runs = runs_for(n, args.runs)
-            src = np.ones(n, dtype=np.uint8)
-            dst = np.zeros(n, dtype=np.uint8)
-            dst[:] = 2  # touch every page of both
-            print(f"{label(n)}: memcpy", file=sys.stderr, flush=True)
-            row: dict[str, float] = {"memcpy": median_gbps(n, runs, lambda: np.copyto(dst, src))}
-            del src
-            buf = owner.make.call_one(n).get(timeout=120)
-            for t in transports:
-                print(f"{label(n)}: {t}", file=sys.stderr, flush=True)
-                row[f"{t} read"] = median_gbps(
-                    n, runs, lambda t=t: buf.read_into(dst, transport=t).get(timeout=300))
-                row[f"{t} write"] = median_gbps(
-                    n, runs, lambda t=t: buf.write_from(dst, transport=t).get(timeout=300))
-            owner.free.call_one().get(timeout=60)
-            del dst
-            rows.append((n, runs, row))
-    finally:
-        procs.stop().get(timeout=60)
+    if args.child:  # under Monarch: one default transport, JSON out
+        transports = ["default"]
+    rows = run(sizes, args.runs, transports)
+    if args.child:
+        print(json.dumps([[n, r, row] for n, r, row in rows]))
+        return 0
+    if args.monarch:
+        for (_, _, row), (_, _, theirs) in zip(rows, monarch_rows(args.sizes, args.runs)):
+            row["monarch read"] = theirs["default read"]
+            row["monarch write"] = theirs["default write"]
+        transports.append("monarch")
     print(table(rows, transports))
     return 0
+
+
+def run(sizes: list[int], runs: int | None,
+        transports: list[str]) -> list[tuple[int, int, dict[str, float]]]:
+    procs = this_host().spawn_procs(per_host={"procs": 1}, name="dataplane-bench")
+    owner = procs.spawn("owner", Owner).slice(procs=0)
+    try:
+        return [(n, runs_for(n, runs), measure(owner, n, runs_for(n, runs), transports))
+                for n in sizes]
+    finally:
+        procs.stop().get()
+
+
+def monarch_rows(sizes: str, runs: int | None) -> list[tuple[int, int, dict[str, float]]]:
+    """The same measurement under Monarch, in its own venv."""
+    if not MONARCH_PYTHON.exists():
+        raise SystemExit(f"no Monarch venv at {MONARCH_PYTHON}: run benchmarks/setup_peers.sh")
+    cmd = [str(MONARCH_PYTHON), __file__, "--child", "--sizes", sizes]
+    if runs is not None:
+        cmd += ["--runs", str(runs)]
+    env = {**os.environ, "DATAPLANE_BENCH_FRAMEWORK": "monarch"}
+    print("monarch: running in a subprocess", file=sys.stderr, flush=True)
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+    return [tuple(r) for r in json.loads(out.strip().splitlines()[-1])]  # type: ignore[misc]
+
+
+def measure(owner: Any, n: int, runs: int, transports: list[str]) -> dict[str, float]:
+    """GB/s of memcpy and of each transport's read and write, for ``n`` bytes."""
+    dst = np.zeros(n, dtype=np.uint8)
+    dst[:] = 2  # touch every page
+    print(f"{label(n)}: memcpy", file=sys.stderr, flush=True)
+    row = {"memcpy": memcpy_gbps(dst, runs)}
+    buf = owner.make.call_one(n).get()
+    if FRAMEWORK == "monarch":
+        import torch
+
+        dst = torch.from_numpy(dst)
+    for t in transports:
+        print(f"{FRAMEWORK} {label(n)}: {t}", file=sys.stderr, flush=True)
+        kw = {} if t == "default" else {"transport": t}
+        row[f"{t} read"] = median_gbps(
+            n, runs, lambda kw=kw: buf.read_into(dst, timeout=300, **kw).get())
+        row[f"{t} write"] = median_gbps(
+            n, runs, lambda kw=kw: buf.write_from(dst, timeout=300, **kw).get())
+    owner.free.call_one().get()
+    return row
 
 
 def table(rows: list[tuple[int, int, dict[str, float]]], transports: list[str]) -> str:
@@ -135,6 +201,9 @@ def table(rows: list[tuple[int, int, dict[str, float]]], transports: list[str]) 
     lines.append("")
     lines.append("GB/s, median of `runs` after a warm-up; (%) of memcpy of the same size. "
                  "Reader: the controller; owner: one proc on the same host.")
+    if "monarch" in transports:
+        lines.append("monarch: torchmonarch with the transport it picks here (TCP fallback "
+                     "without ibverbs), torch uint8 tensors.")
     return "\n".join(lines)
 
 

@@ -38,6 +38,9 @@ _DEFAULTS: dict[str, Any] = {
     "fail_fast_exit_deadline": 5.0,
     "malloc_reuse": True,
     "heartbeat_interval": 0.5,
+    "tls_cert": "",
+    "tls_key": "",
+    "tls_ca": "",
     "host_lost_timeout": 3.0,
 }
 

@@ -100,7 +100,7 @@ class Holder(Actor):
     def read_error(self, handle: RDMABuffer, transport: str | None = None) -> str:
         try:
             handle.read_into(bytearray(handle.size()), transport=transport).get(timeout=30)
-        except Exception as exc:  # noqa: BLE001 - the test checks the type and text
+        except Exception as exc:  # the test checks the type and text
             return f"{type(exc).__name__}: {exc}"
         return "no error"
 

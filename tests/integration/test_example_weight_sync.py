@@ -10,17 +10,16 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "weight_sync.py"
 
 
 def _load():
-    # Importable by name (not run as __main__), so procs unpickle its actors by reference.
-    sys.path.insert(0, str(EXAMPLE.parent))
-    try:
-        spec = importlib.util.spec_from_file_location("weight_sync", EXAMPLE)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["weight_sync"] = module
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        pass
+    # Imported by name (not run as __main__): procs, which inherit sys.path, import it too
+    # and unpickle its actor classes by reference.
+    if str(EXAMPLE.parent) not in sys.path:
+        sys.path.insert(0, str(EXAMPLE.parent))
+    spec = importlib.util.spec_from_file_location("weight_sync", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["weight_sync"] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_generators_pull_published_weights(capsys) -> None:

@@ -159,3 +159,71 @@ def test_corrupt_frame_after_authentication_closes_only_that_connection(
     with caplog.at_level(logging.WARNING, logger="regency"):
         asyncio.run(main())
     assert any("closing connection" in r.getMessage() for r in caplog.records)
+
+
+def _make_pki(tmp: Any, name: str) -> dict[str, str]:
+    """A CA and one certificate signed by it, made with the openssl command."""
+    import shutil
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is not installed")
+    d = tmp / name
+    d.mkdir()
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True, timeout=60)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
+        "-days", "1", "-subj", f"/CN={name}-ca")
+    run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "node.key", "-out", "node.csr",
+        "-subj", f"/CN={name}-node")
+    run("x509", "-req", "-in", "node.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+        "-CAcreateserial", "-out", "node.pem", "-days", "1")
+    return {"tls_cert": str(d / "node.pem"), "tls_key": str(d / "node.key"),
+            "tls_ca": str(d / "ca.pem")}
+
+
+def test_tls_connections_carry_frames_and_refuse_other_cas(tmp_path: Any) -> None:
+    from regency import config
+
+    good = _make_pki(tmp_path, "good")
+    other = _make_pki(tmp_path, "other")
+
+    async def exchange(client_pki: dict[str, str]) -> tuple[list[list[bytes]], list[str]]:
+        secret = new_secret()
+        server, client = Endpoint(secret), Endpoint(secret)
+        with config.configured(**good):
+            addr = await server.router.listen("tcp:127.0.0.1:0")
+        with config.configured(**client_pki):
+            await client.router.listen("tcp:127.0.0.1:0")
+            client.router.send(addr, [b"over tls", b"z" * 300_000])
+            await until(lambda: bool(server.frames) or bool(client.undeliverable))
+        server.router.close()
+        client.router.close()
+        return server.frames, client.undeliverable
+
+    frames, failed = asyncio.run(exchange(good))
+    assert frames == [[b"over tls", b"z" * 300_000]] and not failed
+    frames, failed = asyncio.run(exchange(other))
+    assert frames == [] and len(failed) == 1
+
+
+def test_plain_client_is_refused_by_a_tls_server(tmp_path: Any) -> None:
+    from regency import config
+
+    good = _make_pki(tmp_path, "good")
+
+    async def main() -> None:
+        secret = new_secret()
+        server, client = Endpoint(secret), Endpoint(secret)
+        with config.configured(**good):
+            addr = await server.router.listen("tcp:127.0.0.1:0")
+        await client.router.listen("tcp:127.0.0.1:0")
+        client.router.send(addr, [b"plain text"])
+        await until(lambda: bool(client.undeliverable), timeout=15)
+        assert server.frames == []
+        server.router.close()
+        client.router.close()
+
+    asyncio.run(main())

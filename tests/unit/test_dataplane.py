@@ -93,7 +93,7 @@ def test_buffer_region_rules() -> None:
     assert buffer_region(memoryview(bytearray(4)).toreadonly()).readonly
     with pytest.raises(ValueError, match="1-D"):
         buffer_region(memoryview(bytearray(4)).cast("B", (2, 2)))
-    with pytest.raises(TypeError, match="expected a torch.Tensor"):
+    with pytest.raises(TypeError, match=r"expected a torch\.Tensor"):
         buffer_region(3.5)
 
 

@@ -15,7 +15,7 @@ from ._choice import TransportChoice, choose
 from ._handle import Descriptor
 from ._identity import PeerInfo, peer_info
 from ._memory import Region, buffer_region, local_region
-from ._owner import ensure_owner
+from ._owner import contact, ensure_owner
 from ._registry import peek, registry
 
 __all__ = ["BufferOwner", "RDMAAction", "RDMABuffer"]
@@ -64,7 +64,7 @@ class RDMABuffer:
         self._desc = Descriptor(
             reg_id=reg.reg_id, key=reg.key, size=region.nbytes, readonly=region.readonly,
             address=region.address, slot_addr=reg.slot_addr, owner=peer_info(),
-            control=rt.address, unix=server.unix, tcp=server.tcp, kind=region.kind,
+            control=contact(rt), unix=server.unix, tcp=server.tcp, kind=region.kind,
             dtype=region.dtype)
 
     @classmethod
@@ -200,7 +200,7 @@ def _remote_drop(rt: Runtime, d: Descriptor, timeout: float) -> Future[None]:
         holder.append(waiter)
         rt.collectors[port] = waiter
         rt.send_sys(d.control, "rdma_drop", reg_id=d.reg_id, key=d.key,
-                    port=(rt.address, port))
+                    port=(contact(rt), port))
         rt.loop.call_later(timeout, lambda: _expire(waiter, timeout))
 
     rt.call_soon(setup)

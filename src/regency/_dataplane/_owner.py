@@ -24,19 +24,31 @@ _KEY = "dataplane_server"
 _last: list[DataServer] = []  # the server of the previous runtime, closed when replaced
 
 
+def contact(rt: Runtime) -> str:
+    """The address where any peer, on this host or another, reaches this runtime."""
+    return str(getattr(rt, "contact", None) or rt.address)
+
+
 def _tcp_host(rt: Runtime) -> str:
+    """Where the TCP data socket listens: the host this runtime is reached at over TCP."""
     host = os.environ.get("REGENCY_RDMA_TCP_HOST")
     if host:
         return host
-    if rt.address.startswith("tcp:"):
-        return Address.parse(rt.address).host or "0.0.0.0"
-    return "127.0.0.1"  # a job on Unix sockets lives on one host
+    addr = contact(rt)
+    if addr.startswith("tcp:"):
+        return Address.parse(addr).host or "0.0.0.0"
+    return "127.0.0.1"  # a runtime reached only over Unix sockets: one host
 
 
 def ensure_owner(rt: Runtime) -> DataServer:
     """The data-plane server of this process (started, with the handlers, on first use)."""
     server: DataServer | None = rt.extra.get(_KEY)
     if server is not None and server.pid == os.getpid():
+        host = _tcp_host(rt)
+        if host != server.tcp_host:  # reachable over TCP since (attach_to_workers)
+            with _lock:
+                if host != server.tcp_host:
+                    server.listen_tcp(host)
         return server
     with _lock:
         server = rt.extra.get(_KEY)

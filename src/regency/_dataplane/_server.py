@@ -45,7 +45,14 @@ class DataServer:
             self._serve_listener(sock)
         except OSError as exc:  # no abstract sockets here: TCP only
             log.info("regency: no Unix data socket (%s)", exc)
-        sock, self.tcp = listen(f"tcp:{tcp_host}:0")
+        self.tcp_host = ""
+        self.tcp = ""
+        self.listen_tcp(tcp_host)
+
+    def listen_tcp(self, host: str) -> None:
+        """Listen on TCP at ``host`` (any port) too; new handles name this address."""
+        sock, self.tcp = listen(f"tcp:{host}:0")
+        self.tcp_host = host
         self._serve_listener(sock)
 
     def _serve_listener(self, sock: socket.socket) -> None:

@@ -19,12 +19,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .. import config
 from .._transport import Address, Connection, Listener, connect
+from .._transport._tls import TlsSession, tls_contexts
 from ..errors import AuthenticationError
 from ._bufpool import POOL
 
@@ -69,6 +71,7 @@ class Router:
         self._tasks: set[asyncio.Task[None]] = set()
         self.tcp_identity = ""  # how peers across the network know us, if we listen on tcp
         self.resolver: Callable[[str], Awaitable[str]] | None = None  # for via: addresses
+        self.tls: tuple[ssl.SSLContext, ssl.SSLContext] | None = None  # (server, client)
         self.closing = False
 
     async def listen(self, address: str, identity: str | None = None) -> str:
@@ -78,7 +81,10 @@ class Router:
         when given: a proc behind a host agent is known by a logical ``via:`` name).
         """
         self.loop = asyncio.get_running_loop()
-        listener = Listener(self.secret, VERSION, self._accepted)
+        if self.tls is None:
+            self.tls = tls_contexts()  # the TLS configuration in force when we start listening
+        listener = Listener(self.secret, VERSION, self._accepted,
+                            self.tls[0] if self.tls else None)
         bound = await listener.start(address)
         self._listeners.append(listener)
         if not self.address:
@@ -155,8 +161,9 @@ class Router:
                 return
         while True:
             try:
-                sock, rest = await connect(target, self.secret, VERSION,
-                                           self.identity_for(peer.addr))
+                sock, rest, tls = await connect(target, self.secret, VERSION,
+                                                self.identity_for(peer.addr),
+                                                self.tls[1] if self.tls else None)
                 break
             except (ConnectionRefusedError, FileNotFoundError) as exc:
                 if loop.time() > deadline or self.closing:
@@ -172,15 +179,16 @@ class Router:
                 log.exception("regency: internal error connecting to %s", peer.addr)
                 self._mark_dead(peer, exc)
                 return
-        conn = self._connection(sock, None, peer.addr, rest)
+        conn = self._connection(sock, None, peer.addr, rest, tls)
         with self._lock:
             if peer.conn is None and peer.dead is None:
                 self._attach(peer, conn)
         conn.start()
 
     # -- accepting (loop thread) ------------------------------------------------------------
-    def _accepted(self, sock: socket.socket, identity: str, rest: bytes) -> None:
-        conn = self._connection(sock, identity, identity, rest)
+    def _accepted(self, sock: socket.socket, identity: str, rest: bytes,
+                  tls: TlsSession | None) -> None:
+        conn = self._connection(sock, identity, identity, rest, tls)
         with self._lock:
             peer = self.peers.get(identity)
             if peer is None:
@@ -191,10 +199,10 @@ class Router:
         conn.start()
 
     def _connection(self, sock: socket.socket, identity: str | None, label: str,
-                    rest: bytes) -> Connection:
+                    rest: bytes, tls: TlsSession | None = None) -> Connection:
         assert self.loop is not None
         conn = Connection(sock, self.loop, self._frame, self._closed, peer_identity=identity,
-                          label=label, leftover=rest, allocate=POOL.allocate)
+                          label=label, leftover=rest, allocate=POOL.allocate, tls=tls)
         self.connections.add(conn)
         return conn
 

@@ -24,11 +24,13 @@ import asyncio
 import collections
 import logging
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._wire import FrameDecoder, ProtocolError, encode_frame
+from ._tls import TlsSession
 
 log = logging.getLogger("regency.transport")
 
@@ -52,6 +54,7 @@ class Connection:
         label: str = "?",
         leftover: bytes = b"",
         allocate: Callable[[int], bytearray] = bytearray,
+        tls: TlsSession | None = None,
     ) -> None:
         self.sock = sock
         self.loop = loop
@@ -69,6 +72,7 @@ class Connection:
         self._fd = sock.fileno()
         self._leftover = leftover
         self._loop_thread = threading.get_ident()  # connections are made on the loop thread
+        self._tls = tls
 
     def start(self) -> None:
         """Begin reading (loop thread)."""
@@ -83,6 +87,9 @@ class Connection:
 
     # -- reading (loop thread) -------------------------------------------------------------
     def _on_readable(self) -> None:
+        if self._tls is not None:
+            self._on_readable_tls()
+            return
         decoder = self._decoder
         recv_into = self.sock.recv_into
         for _ in range(_READS_PER_EVENT):
@@ -109,6 +116,26 @@ class Connection:
             if self.closed:
                 break
 
+    def _on_readable_tls(self) -> None:
+        assert self._tls is not None
+        try:
+            data = self.sock.recv(1 << 18)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._lost(exc)
+            return
+        if not data:
+            self._lost(None)
+            return
+        try:
+            plain = self._tls.decrypt(data)
+            if plain:
+                self._decoder.feed(plain)
+                self._drain()
+        except (ProtocolError, ssl.SSLError) as exc:
+            self._fail(exc)
+
     def _drain(self) -> None:
         next_frame = self._decoder.next_frame
         on_frame = self._on_frame
@@ -130,6 +157,8 @@ class Connection:
         parts = encode_frame(buffers)
         done: threading.Event | None = None
         with self._wlock:
+            if self._tls is not None:
+                parts = [self._tls.encrypt(b"".join(parts))]  # TLS: one encrypted copy
             if self.closed:
                 raise ConnectionResetError(f"connection to {self.label} is closed")
             if self._pending:

@@ -9,17 +9,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 from collections.abc import Callable
 
 from .. import config
 from .._wire import ClientHandshake, ServerHandshake
 from ..errors import AuthenticationError
 from ._address import Address
+from ._tls import TlsSession
 
 log = logging.getLogger("regency.transport")
 
 HANDSHAKE_TIMEOUT = 10.0
-Accepted = Callable[[socket.socket, str, bytes], None]
+Accepted = Callable[[socket.socket, str, bytes, "TlsSession | None"], None]
 
 
 def _tune(sock: socket.socket) -> None:
@@ -44,7 +46,7 @@ def _new_socket(addr: Address) -> socket.socket:
 
 
 async def handshake(sock: socket.socket, hs: ClientHandshake | ServerHandshake,
-                    timeout: float = HANDSHAKE_TIMEOUT) -> bytes:
+                    timeout: float = HANDSHAKE_TIMEOUT, tls: TlsSession | None = None) -> bytes:
     """Run a handshake over ``sock``; returns bytes that followed it.
 
     Raises:
@@ -53,9 +55,14 @@ async def handshake(sock: socket.socket, hs: ClientHandshake | ServerHandshake,
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
+    if tls is not None:
+        await tls.handshake(sock, timeout)
+        early = tls.decrypt(b"")  # records that came with the end of the TLS handshake
+        if early:
+            hs.receive_data(early)
     out = hs.data_to_send()
     if out:
-        await loop.sock_sendall(sock, out)
+        await loop.sock_sendall(sock, tls.encrypt(out) if tls else out)
     while not hs.done and not hs.failed:
         remaining = deadline - loop.time()
         if remaining <= 0:
@@ -63,11 +70,11 @@ async def handshake(sock: socket.socket, hs: ClientHandshake | ServerHandshake,
         data = await asyncio.wait_for(loop.sock_recv(sock, 4096), remaining)
         if not data:
             raise ConnectionResetError("peer closed the connection during the handshake")
-        hs.receive_data(data)
+        hs.receive_data(tls.decrypt(data) if tls else data)
         out = hs.data_to_send()
         if out:
             try:
-                await loop.sock_sendall(sock, out)
+                await loop.sock_sendall(sock, tls.encrypt(out) if tls else out)
             except OSError:
                 if not hs.failed:
                     raise
@@ -79,7 +86,8 @@ async def handshake(sock: socket.socket, hs: ClientHandshake | ServerHandshake,
 class Listener:
     """Accepts connections on one address; hands authenticated sockets to ``on_accepted``."""
 
-    def __init__(self, secret: bytes, version: str, on_accepted: Accepted) -> None:
+    def __init__(self, secret: bytes, version: str, on_accepted: Accepted,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.secret = secret
         self.version = version
         self.on_accepted = on_accepted
@@ -87,6 +95,7 @@ class Listener:
         self.address = ""
         self._task: asyncio.Task[None] | None = None
         self._pending: set[asyncio.Task[None]] = set()
+        self._tls = tls  # the server-side context, for tcp connections
 
     async def start(self, address: str) -> str:
         """Bind and start accepting; returns the bound address."""
@@ -121,13 +130,16 @@ class Listener:
 
     async def _authenticate(self, conn: socket.socket) -> None:
         hs = ServerHandshake(self.secret, self.version)
+        use_tls = self._tls is not None and conn.family != socket.AF_UNIX
+        tls = TlsSession(self._tls, server_side=True) if use_tls and self._tls else None
         try:
-            rest = await handshake(conn, hs)
-        except (AuthenticationError, OSError, TimeoutError, asyncio.TimeoutError) as exc:
+            rest = await handshake(conn, hs, tls=tls)
+        except (AuthenticationError, OSError, TimeoutError, asyncio.TimeoutError,
+                ssl.SSLError) as exc:
             log.warning("regency: refused a connection to %s: %s", self.address, exc)
             conn.close()
             return
-        self.on_accepted(conn, hs.peer_identity or "?", rest)
+        self.on_accepted(conn, hs.peer_identity or "?", rest, tls)
 
     def tasks(self) -> list[asyncio.Task[None]]:
         """The accept loop and the handshakes in progress."""
@@ -144,17 +156,24 @@ class Listener:
 
 
 async def connect(
-    address: str, secret: bytes, version: str, identity: str
-) -> tuple[socket.socket, bytes]:
-    """Connect and authenticate; returns the socket and any bytes that followed the handshake."""
+    address: str, secret: bytes, version: str, identity: str,
+    tls_context: ssl.SSLContext | None = None,
+) -> tuple[socket.socket, bytes, TlsSession | None]:
+    """Connect and authenticate; returns the socket, any bytes that followed the handshake
+    and the TLS session (when TLS is configured and the address is tcp)."""
     loop = asyncio.get_running_loop()
     addr = Address.parse(address)
     sock = _new_socket(addr)
     target: object = addr.host if addr.scheme == "unix" else (addr.host, addr.port)
+    use_tls = tls_context is not None and addr.scheme == "tcp"
+    tls = TlsSession(tls_context, server_side=False) if use_tls and tls_context else None
     try:
         await loop.sock_connect(sock, target)  # type: ignore[arg-type]
-        rest = await handshake(sock, ClientHandshake(secret, version, identity))
+        rest = await handshake(sock, ClientHandshake(secret, version, identity), tls=tls)
+    except ssl.SSLError as exc:
+        sock.close()
+        raise AuthenticationError(f"TLS handshake with {address} failed: {exc}") from exc
     except BaseException:
         sock.close()
         raise
-    return sock, rest
+    return sock, rest, tls
