@@ -3,8 +3,9 @@
 One proc owns a buffer (``numpy.ones``, pages touched); the controller reads it into, and
 writes it from, a preallocated, touched local array of the same size, forcing each transport
 in turn. The reference is ``numpy.copyto`` between two touched arrays of the same size in one
-process: the physical limit of a single-copy transfer on this machine. Each figure is the
-median of several runs after one warm-up, in GB/s (10^9 bytes per second).
+process: the physical limit of a single-copy transfer on this machine, run in the same
+rounds (interleaved) so that drifting memory bandwidth affects both alike. Each figure is
+the median of several rounds after one warm-up, in GB/s (10^9 bytes per second).
 
 Run from the repository root::
 
@@ -101,22 +102,6 @@ def runs_for(n: int, runs: int | None) -> int:
     return 30 if n <= 4 << 20 else 9 if n <= 256 << 20 else 5
 
 
-def memcpy_gbps(dst: np.ndarray, runs: int) -> float:
-    """The reference: one copy of ``dst.nbytes`` between two touched arrays."""
-    src = np.ones_like(dst)
-    return median_gbps(dst.nbytes, runs, lambda: np.copyto(dst, src))
-
-
-def median_gbps(n: int, runs: int, fn: Any) -> float:
-    fn()  # warm-up: connections, page tables
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return n / statistics.median(times) / 1e9
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="1M,64M,1G")
@@ -135,8 +120,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.monarch:
         for (_, _, row), (_, _, theirs) in zip(rows, monarch_rows(args.sizes, args.runs)):
-            row["monarch read"] = theirs["default read"]
-            row["monarch write"] = theirs["default write"]
+            for op in ("read", "write"):
+                row[f"monarch {op}"] = theirs[f"default {op}"]
+                row[f"monarch {op} %"] = theirs[f"default {op} %"]
         transports.append("monarch")
     print(table(rows, transports))
     return 0
@@ -167,24 +153,41 @@ def monarch_rows(sizes: str, runs: int | None) -> list[tuple[int, int, dict[str,
 
 
 def measure(owner: Any, n: int, runs: int, transports: list[str]) -> dict[str, float]:
-    """GB/s of memcpy and of each transport's read and write, for ``n`` bytes."""
+    """GB/s of memcpy and of each transport's read and write, for ``n`` bytes.
+
+    The operations are interleaved, one of each per round, so that a machine whose memory
+    bandwidth drifts (shared VMs) affects them alike; the percentage of an operation is the
+    median over rounds of memcpy's time divided by its time in the same round.
+    """
     dst = np.zeros(n, dtype=np.uint8)
     dst[:] = 2  # touch every page
-    print(f"{label(n)}: memcpy", file=sys.stderr, flush=True)
-    row = {"memcpy": memcpy_gbps(dst, runs)}
+    src = np.ones_like(dst)
     buf = owner.make.call_one(n).get()
+    local = dst
     if FRAMEWORK == "monarch":
         import torch
 
-        dst = torch.from_numpy(dst)
+        local = torch.from_numpy(dst)
+    ops: dict[str, Any] = {"memcpy": lambda: np.copyto(dst, src)}
     for t in transports:
-        print(f"{FRAMEWORK} {label(n)}: {t}", file=sys.stderr, flush=True)
         kw = {} if t == "default" else {"transport": t}
-        row[f"{t} read"] = median_gbps(
-            n, runs, lambda kw=kw: buf.read_into(dst, timeout=300, **kw).get())
-        row[f"{t} write"] = median_gbps(
-            n, runs, lambda kw=kw: buf.write_from(dst, timeout=300, **kw).get())
+        ops[f"{t} read"] = lambda kw=kw: buf.read_into(local, timeout=300, **kw).get()
+        ops[f"{t} write"] = lambda kw=kw: buf.write_from(local, timeout=300, **kw).get()
+    print(f"{FRAMEWORK} {label(n)}: {runs} rounds of {', '.join(ops)}", file=sys.stderr,
+          flush=True)
+    times: dict[str, list[float]] = {name: [] for name in ops}
+    for fn in ops.values():
+        fn()  # warm-up: connections, page tables
+    for _ in range(runs):
+        for name, fn in ops.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
     owner.free.call_one().get()
+    row = {name: n / statistics.median(ts) / 1e9 for name, ts in times.items()}
+    for name, ts in times.items():
+        row[f"{name} %"] = 100 * statistics.median(
+            m / t for m, t in zip(times["memcpy"], ts))
     return row
 
 
@@ -196,10 +199,11 @@ def table(rows: list[tuple[int, int, dict[str, float]]], transports: list[str]) 
     for n, runs, row in rows:
         cells = [f"{row['memcpy']:.2f}"]
         for c in cols[1:]:
-            cells.append(f"{row[c]:.2f} ({100 * row[c] / row['memcpy']:.0f}%)")
+            cells.append(f"{row[c]:.2f} ({row[c + ' %']:.0f}%)")
         lines.append(f"| {label(n)} | {runs} | " + " | ".join(cells) + " |")
     lines.append("")
-    lines.append("GB/s, median of `runs` after a warm-up; (%) of memcpy of the same size. "
+    lines.append("GB/s, median of `runs` rounds after a warm-up; (%): median over rounds of "
+                 "memcpy's time / this time, memcpy of the same size run in the same round. "
                  "Reader: the controller; owner: one proc on the same host.")
     if "monarch" in transports:
         lines.append("monarch: torchmonarch with the transport it picks here (TCP fallback "

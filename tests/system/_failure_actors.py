@@ -16,6 +16,10 @@ from typing import Any
 from regency.actor import Actor, MeshFailure, context, endpoint, this_host
 
 
+class Abort(BaseException):
+    """A BaseException that is not an Exception: escaping an endpoint, it fails the actor."""
+
+
 class Victim(Actor):
     """A sync actor that can fail in every way a rank can fail."""
 
@@ -38,12 +42,19 @@ class Victim(Actor):
         return "slept"
 
     @endpoint
+    def sleep_marked(self, seconds: float, path: str) -> str:
+        """Write ``path`` (so a test knows the call is running), then sleep."""
+        Path(path).write_text(str(os.getpid()))
+        time.sleep(seconds)
+        return "slept"
+
+    @endpoint
     def boom(self, text: str = "boom") -> None:
         raise ValueError(text)
 
     @endpoint
     def base_exception(self) -> None:
-        raise KeyboardInterrupt("a BaseException from an endpoint")
+        raise Abort("a BaseException from an endpoint")
 
     @endpoint
     def system_exit(self, code: int = 4) -> None:
@@ -63,9 +74,9 @@ class Victim(Actor):
             print(f"chatter line {i}", flush=True)
 
     @endpoint
-    def call_myself(self, mesh: Any) -> Any:
-        """Call our own endpoint and block on it: must raise at once, not deadlock."""
-        return mesh.ping.call_one("me").get(timeout=5)
+    def call_mesh(self, mesh: Any) -> Any:
+        """Call ``mesh`` and block on it: raises at once if ``mesh`` includes this actor."""
+        return list(mesh.ping.call("me").get(timeout=5).values())
 
     def __cleanup__(self, exc: BaseException | None) -> None:
         if self.marker:
@@ -225,8 +236,9 @@ class Parent(Actor):
         return os.getpid()
 
     @endpoint
-    def wait_on_kid(self, rank: int, seconds: float) -> Any:
-        return self.kids.slice(kids=rank).sleep.call_one(seconds).get(timeout=30)
+    def wait_on_kid(self, rank: int, seconds: float, path: str) -> Any:
+        """Block on a call to one kid (which writes ``path`` once it runs)."""
+        return self.kids.slice(kids=rank).sleep_marked.call_one(seconds, path).get(timeout=30)
 
 
 def failure_fields(failure: MeshFailure) -> dict[str, Any]:

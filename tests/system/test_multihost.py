@@ -293,6 +293,8 @@ class Worker:
         self.node = net.hosts[index]
         self.addr = f"tcp://{self.node.ip}:{PORT}"
         self.log = log
+        self.plain = plain
+        self.mark = 0  # text() shows the log from here on
         # ``plain``: exactly ``python -m regency worker``; else with Python logging shown
         start = ["-m", "regency"] if plain else ["-c", _LOGGING_WORKER]
         with open(log, "wb") as out:
@@ -301,7 +303,29 @@ class Worker:
                                   stdin=subprocess.DEVNULL, env=env)
 
     def text(self) -> str:
-        return self.log.read_text(errors="replace")
+        """What it printed since the current test took it."""
+        return self.log.read_bytes()[self.mark:].decode(errors="replace")
+
+    def reusable(self, timeout: float = 5.0) -> bool:
+        """Alive, running, no procs, and detached from every controller it served."""
+        if self.plain or self.proc.poll() is not None:
+            return False
+        try:
+            if psutil.Process(self.proc.pid).status() == psutil.STATUS_STOPPED:
+                return False
+        except psutil.NoSuchProcess:
+            return False
+        log = self.log.read_text(errors="replace")
+        try:
+            wait_for(lambda: log.count("serving controller") <= log.count("ready for the next")
+                     and not self.procs() or self._reload(), timeout, "worker to be idle")
+        except AssertionError:
+            return False
+        return True
+
+    def _reload(self) -> bool:
+        log = self.log.read_text(errors="replace")
+        return log.count("serving controller") <= log.count("ready for the next") and not self.procs()
 
     def wait_listening(self, timeout: float = 20.0) -> None:
         def ready() -> bool:
@@ -351,6 +375,8 @@ class Controller:
                               env=env, text=True, bufsize=1)
         self.lines: queue.Queue[dict[str, Any]] = queue.Queue()
         self.events: list[dict[str, Any]] = []
+        self.attached: list[str] = []
+        self.shut_down = False  # the workers it attached were told to exit
         self._seq = 0
         threading.Thread(target=self._read, daemon=True).start()
         hello = self.event("hello", 30)
@@ -389,14 +415,28 @@ class Controller:
 
     def ask(self, op: str, timeout: float = 30.0, **kw: Any) -> dict[str, Any]:
         """Run ``op`` in the controller; returns its reply (``ok``, ``value`` or ``err``)."""
+        return self.reply(self.send(op, **kw), op, timeout)
+
+    def send(self, op: str, **kw: Any) -> int:
+        """Start ``op`` in the controller; :meth:`reply` waits for its answer."""
         self._seq += 1
+        if op == "attach":
+            self.attached = list(kw["workers"])
+        elif op == "shutdown":
+            self.shut_down = True
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps({"op": op, "seq": self._seq, **kw}) + "\n")
         self.proc.stdin.flush()
+        return self._seq
+
+    def reply(self, seq: int, op: str = "op", timeout: float = 30.0) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
+        for i, msg in enumerate(self.events):
+            if msg["ev"] == "reply" and msg["seq"] == seq:
+                return self.events.pop(i)
         while True:
             msg = self._next(deadline, f"reply to {op}")
-            if msg["ev"] == "reply" and msg["seq"] == self._seq:
+            if msg["ev"] == "reply" and msg["seq"] == seq:
                 return msg
             self.events.append(msg)
 
@@ -430,25 +470,66 @@ def net() -> Iterator[TestNet]:
         pytest.skip(str(exc))
 
 
+@pytest.fixture(scope="module")
+def pool(net: TestNet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerPool]:
+    p = WorkerPool(net, tmp_path_factory.mktemp("workers"))
+    try:
+        yield p
+    finally:
+        p.close()
+
+
 @pytest.fixture
-def cluster(net: TestNet, tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(net, tmp_path)
+def cluster(net: TestNet, pool: WorkerPool, tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(net, pool, tmp_path)
     try:
         yield c
     finally:
         c.close()
 
 
-class Cluster:
-    """Three fresh workers and the controllers of one test; everything is undone at the end."""
+class WorkerPool:
+    """Workers kept between tests while they are healthy and idle (starting one takes ~1 s)."""
 
-    def __init__(self, net: TestNet, tmp: Path) -> None:
+    def __init__(self, net: TestNet, logs: Path) -> None:
         self.net = net
+        self.logs = logs
+        self.idle: dict[int, Worker] = {}
+        self.started = 0
+
+    def take(self, i: int, plain: bool = False) -> Worker:
+        w = self.idle.pop(i, None)
+        if w is None or plain:
+            if w is not None:
+                w.stop()
+            self.started += 1
+            w = Worker(self.net, i, self.logs / f"worker{i}-{self.started}.log", _env(),
+                       plain=plain)
+            w.wait_listening()
+        w.mark = w.log.stat().st_size
+        return w
+
+    def give_back(self, w: Worker) -> None:
+        if w.reusable():
+            self.idle[w.index] = w
+        else:
+            w.stop()
+
+    def close(self) -> None:
+        for w in self.idle.values():
+            w.stop()
+        self.idle.clear()
+
+
+class Cluster:
+    """Three workers (fresh or idle ones) and the controllers of one test; undone at the end."""
+
+    def __init__(self, net: TestNet, pool: WorkerPool, tmp: Path) -> None:
+        self.net = net
+        self.pool = pool
         self.tmp = tmp
         self.controllers: list[Controller] = []
-        self.workers = [Worker(net, i, tmp / f"worker{i}.log", _env()) for i in range(3)]
-        for w in self.workers:
-            w.wait_listening()
+        self.workers = [pool.take(i) for i in range(3)]
 
     @property
     def addrs(self) -> list[str]:
@@ -461,21 +542,28 @@ class Cluster:
 
     def restart_worker(self, i: int, plain: bool = False) -> Worker:
         self.workers[i].stop()
-        self.workers[i] = Worker(self.net, i, self.tmp / f"worker{i}-again.log", _env(),
-                                 plain=plain)
-        self.workers[i].wait_listening()
+        self.workers[i] = self.pool.take(i, plain=plain)
         return self.workers[i]
 
     def close(self) -> None:
-        for node in self.net.hosts:
+        for node in self.net.nodes:
             self.net.restore(node)
             self.net.clear_impairment(node)
+        for w in self.workers:
+            if w.proc.poll() is None:
+                w.proc.send_signal(signal.SIGCONT)
+        exiting = set()
         for c in self.controllers:
+            if c.shut_down:
+                exiting.update(c.attached)
             if c.proc.poll() is None:
                 c.proc.kill()
             c.close()
         for w in self.workers:
-            w.stop()
+            if w.addr in exiting:  # it may still be on its way out: never reuse it
+                w.stop()
+            else:
+                self.pool.give_back(w)
 
 
 def _host_of(pid: int, cluster: Cluster) -> int:
@@ -520,9 +608,9 @@ def test_stop_releases_workers_for_the_next_controller(cluster: Cluster) -> None
     second = cluster.controller()
     second.ok("attach", workers=cluster.addrs)
     assert len(second.ok("spawn", gpus=1)) == 3
-    second.ok("shutdown")
-    for w in cluster.workers:
-        assert w.proc.wait(timeout=15) == 0
+    second.ok("stop")
+    wait_for(lambda: all(not w.procs() for w in cluster.workers), 10, "procs to end on stop")
+    assert all(w.proc.poll() is None for w in cluster.workers)
 
 
 # -- security -------------------------------------------------------------------------------------
@@ -561,15 +649,17 @@ def test_unauthenticated_wrong_secret_and_other_version_are_refused(
     assert w.proc.poll() is None
 
     # a controller with the wrong secret, and one of another version, cannot attach ...
-    for env, expect in (({"REGENCY_SECRET": "wrong"}, "authentication failed"),
-                        ({"RGT_FAKE_VERSION": "regency-9.9"}, "version mismatch")):
-        # (connect_timeout lowered: a refused attach waits it out, see the xfail below)
-        bad = cluster.controller(REGENCY_CONNECT_TIMEOUT="3", **env)
-        reply = bad.ask("attach", timeout=30, workers=[w.addr])
+    # (connect_timeout lowered: a refused attach waits it out, see the xfail below)
+    bad = [(cluster.controller(REGENCY_CONNECT_TIMEOUT="3", **env), expect)
+           for env, expect in (({"REGENCY_SECRET": "wrong"}, "authentication failed"),
+                               ({"RGT_FAKE_VERSION": "regency-9.9"}, "version mismatch"))]
+    asked = [(c, c.send("attach", workers=[w.addr]), expect) for c, expect in bad]
+    for c, seq, expect in asked:
+        reply = c.reply(seq, "attach", timeout=30)
         assert not reply["ok"]
         assert reply["err"] in ("TransportError", "AuthenticationError"), reply
         assert expect in reply["msg"], reply["msg"]
-        bad.close()
+        c.close()
     # ... and the worker still serves a correct controller afterwards
     good = cluster.controller()
     good.ok("attach", workers=[w.addr])
@@ -594,8 +684,8 @@ def test_plain_worker_logs_refused_connections(cluster: Cluster) -> None:
 @pytest.mark.xfail(strict=True, reason="BUG: attach_to_workers to a worker that refuses the "
                    "handshake waits out connect_timeout (30 s) instead of failing at once")
 def test_refused_attach_fails_fast(cluster: Cluster) -> None:
-    # connect_timeout lowered from 30 s to 6 s to keep the test short: it still shows the bug
-    bad = cluster.controller(REGENCY_SECRET="wrong", REGENCY_CONNECT_TIMEOUT="6")
+    # connect_timeout lowered from 30 s to 5 s to keep the test short: it still shows the bug
+    bad = cluster.controller(REGENCY_SECRET="wrong", REGENCY_CONNECT_TIMEOUT="5")
     t0 = time.monotonic()
     reply = bad.ask("attach", timeout=30, workers=[cluster.addrs[0]])
     took = time.monotonic() - t0
@@ -613,7 +703,7 @@ def test_a_busy_worker_refuses_a_second_controller(cluster: Cluster) -> None:
     assert not reply["ok"]
     assert "busy" in reply["msg"] and cluster.workers[1].node.ip in reply["msg"], reply
     assert len(first.ok("where")) == 3  # the first controller is not disturbed
-    first.ok("shutdown")
+    first.ok("stop")
 
 
 # -- liveness -----------------------------------------------------------------------------------
@@ -688,7 +778,7 @@ def test_delay_and_loss_calls_still_complete(cluster: Cluster) -> None:
     assert len(ctl.ok("host", host=0, timeout=20)) == 1
     assert not ctl.events or all(e["ev"] != "unhandled" for e in ctl.events), ctl.events
     cluster.net.clear_impairment(0)
-    ctl.ok("shutdown")
+    ctl.ok("stop")
 
 
 def test_sigkilled_controller_worker_kills_procs_and_takes_next(cluster: Cluster) -> None:
@@ -704,7 +794,7 @@ def test_sigkilled_controller_worker_kills_procs_and_takes_next(cluster: Cluster
     nxt = cluster.controller()
     nxt.ok("attach", workers=cluster.addrs)
     assert len(nxt.ok("spawn", gpus=1)) == 3
-    nxt.ok("shutdown")
+    nxt.ok("stop")
 
 
 def test_controller_cut_off_worker_lease_lapses(cluster: Cluster) -> None:
@@ -721,4 +811,4 @@ def test_controller_cut_off_worker_lease_lapses(cluster: Cluster) -> None:
     nxt = cluster.controller()
     nxt.ok("attach", workers=cluster.addrs)
     assert len(nxt.ok("spawn", gpus=1)) == 3
-    nxt.ok("shutdown")
+    nxt.ok("stop")

@@ -61,7 +61,8 @@ class Supervisor:
         self._ids = itertools.count(1)
         self._known_calls: set[int] = set()
         self._shapes: dict[str, Shape] = {}  # owned mesh -> its shape, for coordinates
-        self._exits: dict[str, ProcExited] = {}  # exits waiting for their connection to end
+        self._exits: dict[str, ProcExited] = {}  # exits waiting for their connections to end
+        rt.router.close_hooks.append(self.connection_closed)
 
     def _cause(self, what: str) -> str:
         return f"{what}@{self.rt.address}#{next(self._ids)}"
@@ -78,7 +79,8 @@ class Supervisor:
 
     def mesh_stopped(self, uid: str, reason: str) -> None:
         """An owned mesh was stopped on purpose (any thread)."""
-        self.rt.call_soon(self.feed, MeshStopped(uid, reason, cause_id=self._cause("stop")))
+        # calls sent before the stop are registered first: they may still be answered
+        self.rt.call_soon(self.trouble, MeshStopped(uid, reason, cause_id=self._cause("stop")))
 
     def actor_failed(self, uid: str, rank: int, failure: MeshFailure) -> None:
         self.trouble(ActorFailed(uid, rank, failure, cause_id=self._cause("failed")))
@@ -90,12 +92,16 @@ class Supervisor:
         addr = msg["addr"]
         event = ProcExited(addr, msg["cause"], bool(msg["expected"]), msg["pid"], msg["host"],
                            tuple(msg["last_lines"]), cause_id=self._cause("exit"))
-        peer = self.rt.router.peers.get(addr)
-        if peer is not None and peer.conn is not None and not peer.conn.closed:
+        if self.rt.router.live_connections(addr):
             self._exits[addr] = event
             self.rt.loop.call_later(_DRAIN_BOUND, self._apply_exit, addr)
         else:
             self.trouble(event)
+
+    def connection_closed(self, addr: str) -> None:
+        """Some connection with ``addr`` ended; apply a waiting exit once none is left."""
+        if addr in self._exits and not self.rt.router.live_connections(addr):
+            self._apply_exit(addr)
 
     def _apply_exit(self, addr: str) -> None:
         event = self._exits.pop(addr, None)
@@ -104,7 +110,7 @@ class Supervisor:
 
     def connection_lost(self, addr: str, why: str) -> None:
         if addr in self._exits:
-            self._apply_exit(addr)  # everything it sent has been read: the exit applies now
+            self.connection_closed(addr)
             return
         self.trouble(ConnectionLost(addr, why, cause_id=self._cause("lost")))
 

@@ -225,6 +225,8 @@ async def _attach_all(rt: Runtime, agents: tuple[str, ...], contact: str) -> Non
         except (asyncio.TimeoutError, TimeoutError) as exc:
             why = rt.dead_addrs.get(agent, "no answer")
             raise TransportError(f"cannot attach to worker {agent}: {why}") from exc
+        except TransportError as exc:
+            raise TransportError(f"cannot attach to worker {agent}: {exc}") from exc
 
     await asyncio.gather(*(one(a) for a in agents))
 
@@ -268,6 +270,9 @@ def release_workers(rt: Runtime, agents: tuple[str, ...], exit: bool) -> None:
     beats: dict[str, float] = rt.extra.get("heartbeats", {})
     for agent in agents:
         beats.pop(agent, None)
+    agents = tuple(a for a in agents if a not in rt.dead_addrs)  # a lost host cannot answer
+    if not agents:
+        return
 
     async def go() -> None:
         await asyncio.gather(*(_ask(rt, a, "release", 10.0, exit=exit) for a in agents),

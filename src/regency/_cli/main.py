@@ -43,7 +43,14 @@ def _doctor(args: argparse.Namespace) -> int:
 
 def _worker(args: argparse.Namespace) -> int:
     """Serve controllers as a worker host (the job secret comes from the environment)."""
+    import logging
+
     from .._api._workers import run_worker_loop_forever
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s regency worker: %(message)s"))
+    logging.getLogger("regency").addHandler(handler)
+    logging.getLogger("regency").setLevel(logging.INFO)
     from .._runtime._secret import SecretError
 
     try:

@@ -30,13 +30,14 @@ def contact(rt: Runtime) -> str:
 
 
 def _tcp_host(rt: Runtime) -> str:
-    """Where the TCP data socket listens: the host this runtime is reached at over TCP."""
+    """Where the TCP data socket listens: the host this runtime is reached at over TCP (its
+    own bound TCP address, else its advertised TCP contact), else loopback."""
     host = os.environ.get("REGENCY_RDMA_TCP_HOST")
     if host:
         return host
-    addr = contact(rt)
-    if addr.startswith("tcp:"):
-        return Address.parse(addr).host or "0.0.0.0"
+    for addr in (getattr(rt, "bound_address", ""), contact(rt), rt.address):
+        if addr.startswith("tcp:"):
+            return Address.parse(addr).host or "0.0.0.0"
     return "127.0.0.1"  # a runtime reached only over Unix sockets: one host
 
 

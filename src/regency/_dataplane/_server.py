@@ -50,9 +50,13 @@ class DataServer:
         self.listen_tcp(tcp_host)
 
     def listen_tcp(self, host: str) -> None:
-        """Listen on TCP at ``host`` (any port) too; new handles name this address."""
-        sock, self.tcp = listen(f"tcp:{host}:0")
-        self.tcp_host = host
+        """Listen on TCP at ``host`` (any port) too; new handles name this address.
+
+        A wildcard host is advertised by this machine's name."""
+        sock, bound = listen(f"tcp:{host}:0")
+        if host in ("0.0.0.0", "::", ""):
+            bound = f"tcp:{socket.gethostname()}:{bound.rsplit(':', 1)[1]}"
+        self.tcp, self.tcp_host = bound, host
         self._serve_listener(sock)
 
     def _serve_listener(self, sock: socket.socket) -> None:

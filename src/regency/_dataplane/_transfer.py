@@ -214,7 +214,7 @@ class _Job:
         def piece(lo: int, hi: int) -> None:
             _vm.copy(pid, local + lo, remote + lo, hi - lo, write=write, deadline=self.deadline)
 
-        _in_pieces(piece, self.nbytes, _env_int("REGENCY_RDMA_THREADS", _default_ways()))
+        _in_pieces(piece, self.nbytes, _env_int("REGENCY_RDMA_THREADS", min(4, _cpus())))
         self._check_slot(after=True)
 
     def _fall_back(self) -> None:
@@ -249,9 +249,11 @@ def _cpus() -> int:
 
 
 def _default_ways() -> int:
-    """Threads (vm) or connections (sockets) per large transfer: one per two cores, <= 4.
+    """Connections per large socket transfer: one per two cores, at most 4.
 
-    Each piece keeps a core busy on both sides, so on a 2-core machine one is best."""
+    Each stream keeps a core busy on both sides (reader and owner's server thread), so on a
+    2-core machine one is best. (``vm`` pieces use one core each, the reader's: one per core.)
+    """
     return max(1, min(4, _cpus() // 2))
 
 

@@ -72,6 +72,7 @@ class Router:
         self.tcp_identity = ""  # how peers across the network know us, if we listen on tcp
         self.resolver: Callable[[str], Awaitable[str]] | None = None  # for via: addresses
         self.tls: tuple[ssl.SSLContext, ssl.SSLContext] | None = None  # (server, client)
+        self.close_hooks: list[Callable[[str], None]] = []  # any connection closed: its peer
         self.closing = False
 
     async def listen(self, address: str, identity: str | None = None) -> str:
@@ -216,8 +217,14 @@ class Router:
     def _frame(self, conn: Connection, frame: list[memoryview]) -> None:
         self._on_frame(frame)
 
+    def live_connections(self, addr: str) -> bool:
+        """Whether any connection with the runtime at ``addr`` is still open (either way)."""
+        return any(c.label == addr and not c.closed for c in self.connections)
+
     def _closed(self, conn: Connection, exc: BaseException | None) -> None:
         self.connections.discard(conn)
+        for hook in self.close_hooks:
+            hook(conn.label)
         lost = exc or ConnectionResetError("connection closed")
         for peer in list(self.peers.values()):
             if peer.conn is conn:

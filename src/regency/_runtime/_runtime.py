@@ -217,10 +217,22 @@ class Runtime:
             hook(addr, exc)
 
     def _on_undeliverable(self, addr: str, frame: Frame, exc: BaseException) -> None:
-        env = pickle.loads(_flat(frame)[0])
+        flat = _flat(frame)
+        env = pickle.loads(flat[0])
+        why = self.dead_addrs.get(addr) or f"cannot reach {addr}: {exc}"
         if env[0] == m.CALL and env[3] is not None:
-            why = self.dead_addrs.get(addr) or f"cannot reach {addr}: {exc}"
             self.send_reply(env[3], None, m.SUPERVISION, (f"message undeliverable: {why}", None))
+        elif env[0] == m.SYS:  # a request that waits for an answer gets the error instead
+            try:
+                payload = loads(flat[1], flat[2:])
+            except Exception:  # noqa: BLE001 - nothing to answer then
+                return
+            port = payload.get("port") if isinstance(payload, dict) else None
+            if port is not None:
+                from ..errors import TransportError
+
+                self.send_reply(port, None, m.RAW_ERROR,
+                                TransportError(f"{env[1]} to {addr} undeliverable: {why}"))
 
     def mark_dead(self, addr: str, why: str) -> None:
         """Record that the runtime at ``addr`` is gone (e.g. its proc exited)."""
