@@ -24,6 +24,7 @@ from . import config as config
 from ._api._actor import Actor as Actor
 from ._api._actor import concurrent_endpoint as concurrent_endpoint
 from ._api._actor import endpoint as endpoint
+from ._api._actor_mesh import ActorMesh as ActorMesh
 from ._api._as_endpoint import as_endpoint as as_endpoint
 from ._api._bootstrap import enable_transport as enable_transport
 from ._api._bootstrap import shutdown_context as shutdown_context
@@ -40,12 +41,11 @@ from ._api._endpoint import Accumulator as Accumulator
 from ._api._endpoint import Endpoint as Endpoint
 from ._api._endpoint import send as send
 from ._api._future import Future as Future
-from ._api._meshes import ActorMesh as ActorMesh
-from ._api._meshes import HostMesh as HostMesh
-from ._api._meshes import ProcMesh as ProcMesh
+from ._api._host_mesh import HostMesh as HostMesh
 from ._api._ports import Channel as Channel
 from ._api._ports import Port as Port
 from ._api._ports import PortReceiver as PortReceiver
+from ._api._proc_mesh import ProcMesh as ProcMesh
 from ._api._supervise import default_unhandled_fault_hook as _default_hook
 from ._api._value_mesh import ValueMesh as ValueMesh
 from ._api._workers import attach_to_workers as attach_to_workers

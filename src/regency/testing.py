@@ -20,9 +20,10 @@ import signal as _signal
 from collections.abc import Iterable
 from typing import Any
 
+from ._api._actor_mesh import ActorMesh
 from ._api._bootstrap import runtime
 from ._api._endpoint import Endpoint
-from ._api._meshes import ActorMesh, ProcMesh
+from ._api._proc_mesh import ProcMesh
 
 __all__ = ["delay_calls", "drop_calls", "inject_exception", "kill_rank"]
 

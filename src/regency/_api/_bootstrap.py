@@ -22,7 +22,8 @@ from .._wire import new_secret
 if TYPE_CHECKING:
     from ._context import Context
     from ._future import Future
-    from ._meshes import HostMesh, ProcMesh
+    from ._host_mesh import HostMesh
+    from ._proc_mesh import ProcMesh
 
 __all__ = ["runtime", "shutdown_context", "this_host", "this_proc"]
 
@@ -108,7 +109,7 @@ def this_proc() -> ProcMesh:
 
     On the controller, actors spawned on it run inside the controller's own process.
     """
-    from ._meshes import ProcMesh
+    from ._proc_mesh import ProcMesh
 
     rt = runtime()
     return ProcMesh(rt.extra.get("proc_uid", "root"), "root", Shape.unity(), (rt.address,),
@@ -117,7 +118,7 @@ def this_proc() -> ProcMesh:
 
 def this_host() -> HostMesh:
     """This machine, as a 0-dimensional HostMesh (a reference: it cannot be shut down)."""
-    from ._meshes import HostMesh
+    from ._host_mesh import HostMesh
 
     rt = runtime()
     agent = rt.extra.get("agent")

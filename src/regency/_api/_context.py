@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from .._mesh import Extent, Point
 
 if TYPE_CHECKING:
-    from ._meshes import ProcMesh
+    from ._proc_mesh import ProcMesh
 
 __all__ = ["Context", "Instance", "context", "current_actor_name", "current_rank", "current_size"]
 

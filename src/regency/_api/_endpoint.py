@@ -28,7 +28,7 @@ from ._replies import decode, to_exception
 from ._value_mesh import ValueMesh
 
 if TYPE_CHECKING:
-    from ._meshes import ActorMesh, Route
+    from ._actor_mesh import ActorMesh, Route
 
 __all__ = ["Accumulator", "Endpoint", "send"]
 

@@ -28,7 +28,7 @@ from .._transport import Address
 from ..errors import TransportError
 from . import _dispatch
 from ._bootstrap import runtime
-from ._meshes import HostMesh
+from ._host_mesh import HostMesh
 
 log = logging.getLogger("regency.worker")
 

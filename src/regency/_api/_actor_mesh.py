@@ -1,0 +1,217 @@
+"""``ActorMesh``: one actor per proc, with an ``Endpoint`` per endpoint of the class."""
+
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from .. import config
+from .._mesh import MeshTrait, Shape
+from .._runtime._completion import Completion
+from .._runtime._relay import Tree
+from ._actor import Actor, EndpointProperty, NotAnEndpoint, endpoints_of, is_async_actor
+from ._bootstrap import runtime
+from ._dispatch import supervisor
+from ._endpoint import Endpoint
+from ._future import Future, completed
+from ._mesh_state import _state
+
+__all__ = ["ActorMesh", "Route"]
+
+class Route:
+    """The members of a (sliced) mesh: ranks, their procs' addresses, the cast header.
+
+    ``hops`` are the addresses the sender writes to: the members themselves, or for a mesh
+    larger than the fan-out, the first relays of its tree (``tree``).
+    """
+
+    __slots__ = ("addrs", "cast", "hops", "ranks", "shape", "targets", "tree")
+
+    def __init__(self, shape: Shape, proc_addrs: tuple[str, ...], tree: Tree | None) -> None:
+        s = shape.slice
+        self.shape = shape
+        self.ranks = tuple(shape.ranks())
+        self.addrs = [proc_addrs[g] for g in self.ranks]
+        self.targets = frozenset(self.addrs)
+        self.cast = (shape.labels, s.offset, s.sizes, s.strides)
+        self.tree = tree
+        self.hops = self.addrs if tree is None else tree.next_hops(-1, self.cast, ())
+
+    def current_hops(self, dead: dict[str, str]) -> list[str]:
+        """``hops``, routing around relays known to be dead."""
+        if self.tree is None or not dead:
+            return self.hops
+        return self.tree.next_hops(-1, self.cast, dead)
+
+
+def _tree_for(full: Shape, proc_addrs: tuple[str, ...], fanout: int) -> Tree | None:
+    if len(full) <= fanout:
+        return None
+    ranks = full.ranks()
+    return Tree(ranks, [proc_addrs[g] for g in ranks], fanout)
+
+
+class ActorMesh(MeshTrait):
+    """A mesh of actors of one class, one per proc of the mesh it was spawned on.
+
+    Each endpoint of the class is an attribute carrying the adverbs (``call``, ``call_one``,
+    ``choose``, ``stream``, ``broadcast``). Picklable: pass it to other actors freely.
+    """
+
+    def __init__(self, uid: str, name: str, cls: type, shape: Shape,
+                 proc_addrs: tuple[str, ...], full_shape: Shape | None = None,
+                 fanout: int = 0, tree: Tree | None = None) -> None:
+        self._uid = uid
+        self._mesh_name = name
+        self._cls = cls
+        self._class_name = f"{cls.__module__}.{cls.__qualname__}"
+        self._shape_ = shape
+        self._proc_addrs = proc_addrs
+        self._full_shape = full_shape or shape
+        self._fanout = fanout or int(config.get("max_cast_fanout"))
+        self._tree = tree or _tree_for(self._full_shape, proc_addrs, self._fanout)
+        self._install_endpoints()
+
+    @property
+    def _route(self) -> Route:
+        """Where a message to this (sliced) mesh goes; computed once per mesh object."""
+        route = self.__dict__.get("_route_")
+        if route is None:
+            route = self.__dict__["_route_"] = Route(self._shape_, self._proc_addrs, self._tree)
+        return route
+
+    def _member_route(self, local: int) -> Route:
+        """The route to one member (by local rank), keeping the dimensions; cached."""
+        cache: dict[int, Route] = self.__dict__.setdefault("_members_", {})
+        route = cache.get(local)
+        if route is None:
+            shape = self._shape_
+            coords = shape.slice.coordinates(local)
+            one = shape.select(**{lab: slice(c, c + 1) for lab, c in zip(shape.labels, coords)})
+            route = cache[local] = Route(one, self._proc_addrs, self._tree)
+        return route
+
+    def _install_endpoints(self) -> None:
+        eps = endpoints_of(self._cls)
+        for name, ep in eps.items():
+            setattr(self, name, Endpoint(self, name, ep.signature(), ep.explicit_response_port))
+        for name, value in inspect.getmembers(self._cls):
+            if name.startswith("_") or name in eps or name in _RESERVED:
+                continue
+            if callable(value) and not isinstance(value, EndpointProperty):
+                setattr(self, name, NotAnEndpoint(self, name))
+
+    @property
+    def _shape(self) -> Shape:
+        return self._shape_
+
+    @property
+    def _name_text(self) -> str:
+        return self._uid
+
+    def _new_with_shape(self, shape: Shape) -> ActorMesh:
+        return ActorMesh(self._uid, self._mesh_name, self._cls, shape, self._proc_addrs,
+                         self._full_shape, self._fanout, self._tree)
+
+    def _dead_reason(self, route: Route) -> str | None:
+        rt = runtime()
+        st = rt.extra.get("mesh_state", {}).get(self._uid)
+        if st is not None and st.stopped_ranks:
+            hit = [g for g in route.ranks if g in st.stopped_ranks]
+            if hit:
+                return f"rank(s) {hit} of mesh {self._uid} were stopped ({st.stop_reason})"
+        failed: dict[int, Any] = rt.extra.get("failed_ranks", {}).get(self._uid, {})
+        dead = rt.dead_addrs
+        if not failed and not dead:
+            return None
+        for g in route.ranks:
+            if g in failed:
+                return f"rank {g} of mesh {self._uid} failed: {failed[g].cause}"
+            why = dead.get(self._proc_addrs[g])
+            if why is not None:
+                return f"rank {g} of mesh {self._uid}: {why}"
+        return None
+
+    @property
+    def initialized(self) -> Future[None]:
+        """Resolves when every member has been created (even if its ``__init__`` failed)."""
+        st = runtime().extra.get("mesh_state", {}).get(self._uid)
+        if st is None:
+            return completed(None)
+        return Future._from(st.ready)
+
+    def stop(self, reason: str = "stopped by client") -> Future[None]:
+        """Stop every member of this mesh or slice (``__cleanup__`` runs).
+
+        Later calls to the stopped members raise ``SupervisionError``; other members of the
+        mesh (outside a stopped slice) keep working.
+        """
+        rt = runtime()
+        st = _state(self._uid)
+        st.stopped_ranks.update(self._shape_.ranks())
+        st.stop_reason = reason
+        rt.troubles += 1
+        if self._shape_.ranks() == self._full_shape.ranks():
+            supervisor(rt).mesh_stopped(self._uid, reason)
+        ranks = self._shape_.ranks()
+        done = Completion(f"mesh {self._uid} to stop")
+        left = {"n": len(ranks)}
+
+        def ack(env: tuple[Any, ...], frame: list[memoryview]) -> None:
+            left["n"] -= 1
+            if left["n"] <= 0:
+                rt.close_port(port_id)
+                done.set_result(None)
+
+        port_id = rt.open_port(ack)
+        if not ranks:
+            done.set_result(None)
+        for g in ranks:
+            addr = self._proc_addrs[g]
+            if addr in rt.dead_addrs:
+                rt.call_soon(ack, (), [])
+            else:
+                rt.send_sys(addr, "stop_actor", uid=self._uid, reason=reason,
+                            port=(rt.contact, port_id))
+        return Future._from(done)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ActorMesh, (self._uid, self._mesh_name, self._cls, self._shape_, self._proc_addrs,
+                            self._full_shape, self._fanout))
+
+    def __repr__(self) -> str:
+        return f"<ActorMesh {self._uid} {self._class_name} {self._shape_.extent}>"
+
+
+_RESERVED = frozenset(
+    n for n in dir(ActorMesh) if not n.startswith("__")
+) | {"slice", "stop", "initialized", "extent", "size", "sizes", "flatten", "split", "rename"}
+
+
+def _check_collisions(cls: type) -> None:
+    for name in endpoints_of(cls):
+        if name in _RESERVED:
+            raise ValueError(
+                f"ActorMesh has an attribute that collides with an endpoint name: {name!r} "
+                f"(in {cls.__qualname__}); rename the endpoint"
+            )
+
+
+def _check_spawnable(Class: Any) -> None:
+    if not (isinstance(Class, type) and issubclass(Class, Actor)):
+        raise ValueError(f"spawn needs a subclass of regency.actor.Actor, got {Class!r}")
+    is_async_actor(Class)
+    _check_collisions(Class)
+    _check_hooks(Class)
+
+
+def _check_hooks(Class: type) -> None:
+    if is_async_actor(Class):
+        return
+    for hook in ("__cleanup__", "__supervise__"):
+        fn = getattr(Class, hook, None)
+        if fn is not None and inspect.iscoroutinefunction(fn):
+            raise ValueError(f"{Class.__qualname__} is a sync actor, so {hook} must be sync too")
+
+
