@@ -207,12 +207,16 @@ def test_dropped_buffer_is_an_error_not_garbage(a, b, transport) -> None:
     a.forget.call_one(name).get(timeout=T)
 
 
-def test_dropped_by_owner(a) -> None:
-    name, buf = make(a, "bytearray", 4096, seed=72)
+@pytest.mark.parametrize("size", [4096, 3 * MiB], ids=["small", "large"])
+def test_dropped_by_owner(a, size) -> None:
+    name, buf = make(a, "bytearray", size, seed=72)
     a.drop.call_one(name).get(timeout=T)
     a.forget.call_one(name).get(timeout=T)  # the memory may be freed and reused now
-    with pytest.raises(BufferDroppedError):
-        buf.read_into(bytearray(4096)).get(timeout=T)
+    for transport in ("vm", "tcp"):
+        with pytest.raises(BufferDroppedError):
+            buf.read_into(bytearray(size), transport=transport).get(timeout=T)
+        with pytest.raises(BufferDroppedError):
+            buf.write_from(bytearray(size), transport=transport).get(timeout=T)
 
 
 def test_owner_gone_is_an_error() -> None:

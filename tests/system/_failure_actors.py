@@ -49,7 +49,8 @@ class Victim(Actor):
         return "slept"
 
     @endpoint
-    def boom(self, text: str = "boom") -> None:
+    def boom(self, text: str = "boom", delay: float = 0.0) -> None:
+        time.sleep(delay)
         raise ValueError(text)
 
     @endpoint

@@ -132,6 +132,7 @@ class Node:
     ns: str  # the namespace
     ip: str
     port: str  # its veth's name on the bridge side (in the bridge namespace)
+    is_cut: bool = False
     impaired: dict[str, Any] = field(default_factory=dict)
 
 
@@ -223,11 +224,21 @@ class TestNet:
     # -- faults ------------------------------------------------------------------------------
     def cut(self, which: int | str | Node) -> None:
         """Take the node's link down at the bridge: its packets vanish, nothing is reset."""
-        _ip("-n", self.bridge_ns, "link", "set", self.node(which).port, "down")
+        node = self.node(which)
+        _ip("-n", self.bridge_ns, "link", "set", node.port, "down")
+        node.is_cut = True
 
     def restore(self, which: int | str | Node) -> None:
-        """Bring a cut link back up."""
-        _ip("-n", self.bridge_ns, "link", "set", self.node(which).port, "up")
+        """Bring a cut link back up.
+
+        Neighbour (ARP) entries that failed while the link was down are flushed everywhere,
+        as a real host would retry them: else new connections get EHOSTUNREACH for a while.
+        """
+        node = self.node(which)
+        _ip("-n", self.bridge_ns, "link", "set", node.port, "up")
+        node.is_cut = False
+        for node in self.nodes:
+            _ip("-n", node.ns, "neigh", "flush", "all", check=False)
 
     def impair(self, which: int | str | Node, delay_ms: float = 0.0, loss_pct: float = 0.0
                ) -> dict[str, Any]:

@@ -84,7 +84,7 @@ KINDS = {
         pending = victims.slice(gpus=1).abort.call_one()
         time.sleep(60)
         """, ["rank 1 {'gpus': 1}", "__main__.Victim", "endpoint: abort",
-              "Abort: a BaseException escaped the endpoint", f"pid {{pid}}"]),
+              "Abort: a BaseException escaped the endpoint", "pid {pid}"]),
     "system_exit_in_endpoint": ("""
         procs, victims = spawn_victims()
         print("PID", victims.slice(gpus=1).pid.call_one().get(timeout=20), flush=True)
@@ -92,7 +92,7 @@ KINDS = {
         pending = victims.slice(gpus=1).system_exit.call_one(4)
         time.sleep(60)
         """, ["rank 1 {'gpus': 1}", "__main__.Victim", "endpoint: system_exit",
-              "SystemExit: 4", f"pid {{pid}}"]),
+              "SystemExit: 4", "pid {pid}"]),
     "os_exit": ("""
         procs, victims = spawn_victims()
         print("PID", victims.slice(gpus=1).pid.call_one().get(timeout=20), flush=True)
@@ -119,7 +119,7 @@ KINDS = {
         time.sleep(60)
         """, ["rank 1 {'gpus': 1}", "__main__.Victim", "endpoint: segfault", "SIGSEGV",
               "in segfault",  # the Python stack faulthandler printed, in the proc's last lines
-              f"pid {{pid}}"]),
+              "pid {pid}"]),
     "memory_error_under_rlimit": ("""
         def limit_memory():
             import resource
@@ -134,7 +134,7 @@ KINDS = {
         victims.slice(gpus=1).alloc.broadcast(4096)
         time.sleep(60)
         """, ["rank 1 {'gpus': 1}", "__main__.Victim", "endpoint: alloc", "MemoryError",
-              f"pid {{pid}}"]),
+              "pid {pid}"]),
 }
 
 
@@ -178,6 +178,22 @@ def test_the_report_of_an_exception_failure_carries_the_last_lines_too(tmp_path,
     reap.append(run.tag)
     assert_fail_fast(run, "ValueError: broadcast failed on purpose",
                      "| context before the failure 4")
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG: a proc that dies while running a broadcast (no caller waiting) gets a report "
+    "without the endpoint in flight: the exit status comes from the host agent, and "
+    "Supervisor._fill (_api/_supervisor.py) takes the endpoint only from the owner's "
+    "pending calls; the proc's ActorBehavior.current dies with it"))
+def test_the_report_of_a_crash_during_a_broadcast_names_the_endpoint(tmp_path, reap) -> None:
+    run = run_failing(tmp_path, """
+        procs, victims = spawn_victims()
+        mark("T0")
+        victims.slice(gpus=1).os_exit.broadcast(3)
+        time.sleep(60)
+        """)
+    reap.append(run.tag)
+    assert_fail_fast(run, "exited with code 3", "endpoint: os_exit")
 
 
 CGROUP_BODY = """

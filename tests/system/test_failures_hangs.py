@@ -97,7 +97,9 @@ def test_supervision_error_carries_the_failure_fields(procs2, unhandled_failures
     mesh.slice(gpus=1).chatter.call_one(3).get(timeout=T)
     fut = mesh.slice(gpus=1).sleep.call_one(60)
     os.kill(pids[1], signal.SIGKILL)
-    err = pytest.raises(SupervisionError, fut.get, timeout=T).value
+    with pytest.raises(SupervisionError) as info:
+        fut.get(timeout=T)
+    err = info.value
     assert isinstance(err, RuntimeError)
     assert (err.mesh_name, err.ranks, err.coords) == (mesh._uid, [1], [{"gpus": 1}])
     assert err.actor_class == "_failure_actors.Victim"
@@ -116,13 +118,15 @@ def test_calls_queued_behind_a_fatal_message_fail_instead_of_hanging(
         procs2, unhandled_failures) -> None:
     mesh = procs2.spawn("queued", Victim)
     mesh.ping.call().get(timeout=T)
-    mesh.slice(gpus=1).boom.broadcast("fatal")  # no reply port: the actor fails
-    queued = [mesh.slice(gpus=1).ping.call_one(i) for i in range(3)]
-    start = time.monotonic()
+    mesh.slice(gpus=1).boom.broadcast("fatal", 0.3)  # no reply port: the actor fails
+    queued = [mesh.slice(gpus=1).ping.call_one(i) for i in range(3)]  # behind it, in its mailbox
     for fut in queued:
         with pytest.raises(SupervisionError, match="fatal"):
             fut.get(timeout=T)
-    assert time.monotonic() - start < DETECT_S
+    start = time.monotonic()
+    with pytest.raises(SupervisionError, match="fatal"):  # a new call: refused at once
+        mesh.slice(gpus=1).ping.call_one("late").get(timeout=T)
+    assert time.monotonic() - start < 0.5
     assert mesh.slice(gpus=0).ping.call_one("alive").get(timeout=T) == "alive"
 
 

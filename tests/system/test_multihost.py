@@ -537,7 +537,8 @@ class Cluster:
 
     def close(self) -> None:
         for node in self.net.nodes:
-            self.net.restore(node)
+            if node.is_cut:
+                self.net.restore(node)
             self.net.clear_impairment(node)
         for w in self.workers:
             if w.proc.poll() is None:

@@ -172,9 +172,23 @@ def test_vm_errors(monkeypatch) -> None:
         _vm.read_u64(2**31 - 2, word.ctypes.data)
     with pytest.raises(OSError):
         _vm.read_u64(os.getpid(), 8)  # unmapped address: EFAULT
+    _vm.check_hook()
     monkeypatch.setenv("REGENCY_RDMA_DENY_VM", "1")
     with pytest.raises(_vm.VmDenied):
-        _vm.read_u64(os.getpid(), word.ctypes.data)
+        _vm.check_hook()
+
+
+@needs_vm
+def test_vm_gather_reads_pieces_in_order() -> None:
+    src = np.arange(64, dtype=np.uint8)
+    dst = np.zeros(80, dtype=np.uint8)
+    a = dst.ctypes.data
+    _vm.gather(os.getpid(), [(a, src.ctypes.data + 60, 4), (a + 4, src.ctypes.data, 64),
+                             (a + 68, src.ctypes.data, 2)])
+    assert list(dst[:4]) == [60, 61, 62, 63] and np.array_equal(dst[4:68], src)
+    assert list(dst[68:70]) == [0, 1]
+    with pytest.raises(OSError):
+        _vm.gather(os.getpid(), [(a, src.ctypes.data, 4), (a + 4, 8, 4)])  # second unmapped
 
 
 # -- data connections: server and client in one process ----------------------------------------

@@ -108,6 +108,13 @@ class Supervisor:
         if event is not None:
             self.trouble(event)
 
+    def _release_waiters(self, addr: str, why: str) -> None:
+        """Waiters that are not calls (e.g. a remote RDMA drop) learn of the death too."""
+        for port_id, targets in list(self.rt.port_targets.items()):
+            waiter = self.rt.collectors.get(port_id)
+            if addr in targets and waiter is not None and getattr(waiter, "route", None) is None:
+                waiter.lost(SupervisionError(f"{waiter.label} failed: {why}"))
+
     def connection_lost(self, addr: str, why: str) -> None:
         if addr in self._exits:
             self.connection_closed(addr)
@@ -118,6 +125,10 @@ class Supervisor:
         """Register pending calls, then feed ``event`` (loop thread)."""
         self._sync_calls()
         self.feed(event)
+        if isinstance(event, ProcExited):
+            self._release_waiters(event.addr, f"the proc at {event.addr} {event.cause}")
+        elif isinstance(event, ConnectionLost):
+            self._release_waiters(event.addr, event.reason)
 
     def _sync_calls(self) -> None:
         collectors = self.rt.collectors
@@ -127,7 +138,9 @@ class Supervisor:
                 self._known_calls.discard(call_id)
                 events.append(CallFinished(call_id, cause_id=self._cause("done")))
         for call_id, c in list(collectors.items()):
-            if call_id in self._known_calls or not c.expected:
+            if call_id in self._known_calls or getattr(c, "route", None) is None:
+                continue  # known already, or a plain waiter (see _release_waiters)
+            if not c.expected:
                 continue
             route = c.route
             addrs = {g: a for g, a in zip(route.ranks, route.addrs) if g in c.expected}
@@ -188,7 +201,8 @@ class Supervisor:
         we know its shape) and the endpoint a pending call had in flight on those ranks."""
         if failure.endpoint is None:
             for c in self.rt.collectors.values():
-                if c.uid == failure.mesh_name and c.expected.intersection(failure.ranks):
+                if getattr(c, "uid", None) == failure.mesh_name and c.expected.intersection(
+                        failure.ranks):
                     failure = replace(failure, endpoint=c.endpoint)
                     break
         shape = self._shapes.get(failure.mesh_name)

@@ -38,6 +38,9 @@ def _doctor(args: argparse.Namespace) -> int:
         print("event loop: uvloop")
     except ImportError:
         print("event loop: asyncio (install uvloop for lower latency)")
+    from .._dataplane import doctor_report
+
+    print(doctor_report())
     return 0
 
 

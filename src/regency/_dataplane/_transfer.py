@@ -193,29 +193,56 @@ class _Job:
             ctypes.memmove(remote, self.local.address, self.nbytes)
 
     # -- process_vm ----------------------------------------------------------------------
-    def _check_slot(self, after: bool) -> None:
+    def _slot_error(self, before: int, after: int | None) -> BufferDroppedError | None:
+        d = self.desc
+        if before == d.key and after in (None, d.key):
+            return None
+        when = " during the transfer; the data moved is not valid" if before == d.key else ""
+        return BufferDroppedError(f"RDMABuffer {d.reg_id} of pid {d.owner.pid} on "
+                                  f"{d.owner.hostname} was dropped{when}")
+
+    def _slot(self) -> int:
         d = self.desc
         try:
-            word = _vm.read_u64(d.owner.pid, d.slot_addr)
+            return _vm.read_u64(d.owner.pid, d.slot_addr)
         except OSError as exc:
             if isinstance(exc, (_vm.VmDenied, _vm.VmGone)):
                 raise
-            word = 0  # the slot is not mapped there: not our owner any more
-        if word != d.key:
-            when = " during the transfer; the data moved is not valid" if after else ""
-            raise BufferDroppedError(f"RDMABuffer {d.reg_id} of pid {d.owner.pid} on "
-                                     f"{d.owner.hostname} was dropped{when}")
+            return 0  # the slot is not mapped there: not our owner any more
 
     def _vm(self) -> None:
-        self._check_slot(after=False)
+        _vm.check_hook()
         pid, remote, local = self.desc.owner.pid, self.desc.address, self.local.address
+        if self.op == READ and self.nbytes <= INLINE_BYTES:
+            self._vm_small_read(pid, remote, local)
+            return
+        error = self._slot_error(self._slot(), None)
+        if error is not None:
+            raise error  # dropped: never touch that memory
         write = self.op == WRITE
 
         def piece(lo: int, hi: int) -> None:
             _vm.copy(pid, local + lo, remote + lo, hi - lo, write=write, deadline=self.deadline)
 
         _in_pieces(piece, self.nbytes, _env_int("REGENCY_RDMA_THREADS", min(4, _cpus())))
-        self._check_slot(after=True)
+        if not write:
+            error = self._slot_error(self.desc.key, self._slot())
+            if error is not None:
+                raise error
+
+    def _vm_small_read(self, pid: int, remote: int, local: int) -> None:
+        """Slot, data, slot: one system call."""
+        words = (ctypes.c_uint64 * 2)()
+        base, slot = ctypes.addressof(words), self.desc.slot_addr
+        try:
+            _vm.gather(pid, [(base, slot, 8), (local, remote, self.nbytes), (base + 8, slot, 8)])
+        except OSError as exc:
+            if isinstance(exc, (_vm.VmDenied, _vm.VmGone)):
+                raise
+            words[0] = 0  # a range not mapped there: not our owner's buffer any more
+        error = self._slot_error(int(words[0]), int(words[1]))
+        if error is not None:
+            raise error
 
     def _fall_back(self) -> None:
         st = _st()

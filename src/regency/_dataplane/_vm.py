@@ -19,7 +19,8 @@ import os
 import sys
 import time
 
-__all__ = ["CHUNK", "VmDenied", "VmGone", "available", "copy", "read_u64"]
+__all__ = ["CHUNK", "VmDenied", "VmGone", "available", "check_hook", "copy", "gather",
+           "read_u64"]
 
 CHUNK = 64 << 20
 
@@ -84,9 +85,6 @@ def copy(pid: int, local: int, remote: int, nbytes: int, *, write: bool,
     """
     if _FNS is None:
         raise VmDenied(errno.ENOSYS, "process_vm_readv/writev are not available here")
-    if os.environ.get("REGENCY_RDMA_DENY_VM") == "1":  # test hook: act as if ptrace refused
-        raise VmDenied(errno.EPERM, f"process_vm_readv/writev on pid {pid} not permitted "
-                                    "(REGENCY_RDMA_DENY_VM=1)")
     fn = _FNS[1] if write else _FNS[0]
     lio, rio = _IoVec(), _IoVec()
     done = 0
@@ -102,6 +100,38 @@ def copy(pid: int, local: int, remote: int, nbytes: int, *, write: bool,
         if got == 0:
             raise OSError(errno.EFAULT, f"process_vm copy on pid {pid} made no progress")
         done += got
+
+
+def gather(pid: int, pieces: list[tuple[int, int, int]]) -> None:
+    """One ``process_vm_readv`` of several ``(local, remote, nbytes)`` pieces, in order.
+
+    The kernel copies the pieces one after the other, so ``[slot, data, slot]`` reads the
+    validity word before and after the data in a single system call.
+
+    Raises:
+        VmDenied, VmGone, OSError: as :func:`copy` (a short copy is EFAULT).
+    """
+    if _FNS is None:
+        raise VmDenied(errno.ENOSYS, "process_vm_readv/writev are not available here")
+    n = len(pieces)
+    lio, rio = (_IoVec * n)(), (_IoVec * n)()
+    for i, (local, remote, size) in enumerate(pieces):
+        lio[i].base, lio[i].len = local, size
+        rio[i].base, rio[i].len = remote, size
+    total = sum(size for _, _, size in pieces)
+    got = _FNS[0](pid, lio, n, rio, n, 0)  # type: ignore[operator]
+    if got < 0:
+        raise _fail(ctypes.get_errno(), pid)
+    if got != total:
+        raise OSError(errno.EFAULT, f"process_vm_readv on pid {pid} copied {got} of {total} "
+                                    "bytes")
+
+
+def check_hook() -> None:
+    """The test hook ``REGENCY_RDMA_DENY_VM=1``: act as if the kernel refused (EPERM)."""
+    if os.environ.get("REGENCY_RDMA_DENY_VM") == "1":
+        raise VmDenied(errno.EPERM, "process_vm_readv/writev not permitted "
+                                    "(REGENCY_RDMA_DENY_VM=1)")
 
 
 def read_u64(pid: int, remote: int) -> int:
