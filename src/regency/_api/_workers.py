@@ -95,7 +95,10 @@ class WorkerService:
         """Detach when the controller stops renewing its lease."""
         while not self.done.done():
             await asyncio.sleep(0.25)
-            if self.controller and time.monotonic() - self.last_heartbeat > self.lease:
+            if self.controller is None:
+                continue
+            last = max(self.last_heartbeat, self.rt.router.last_activity(self.controller))
+            if time.monotonic() - last > self.lease:
                 self._detach(f"controller {self.controller} missed its heartbeats ({self.lease}s)")
 
 
@@ -247,6 +250,7 @@ async def _heartbeat(rt: Runtime) -> None:
         await asyncio.sleep(period)
         now = time.monotonic()
         for agent, last in list(beats.items()):
+            last = max(last, rt.router.last_activity(agent))
             if now - last > limit:
                 del beats[agent]
                 host_lost(rt, agent, f"the host {agent} stopped answering for {limit:.1f}s")

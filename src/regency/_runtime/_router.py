@@ -217,6 +217,16 @@ class Router:
     def _frame(self, conn: Connection, frame: list[memoryview]) -> None:
         self._on_frame(frame)
 
+    def last_activity(self, host_agent: str) -> float:
+        """When bytes last moved on a connection with a host (its agent or procs behind it).
+
+        A large transfer may hold a heartbeat up behind it; moving bytes prove liveness too.
+        """
+        via = f"via:{host_agent}/"
+        times = [c.last_activity for c in list(self.connections)
+                 if c.label == host_agent or c.label.startswith(via)]
+        return max(times, default=0.0)
+
     def live_connections(self, addr: str) -> bool:
         """Whether any connection with the runtime at ``addr`` is still open (either way)."""
         return any(c.label == addr and not c.closed for c in self.connections)

@@ -26,6 +26,7 @@ import logging
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -73,6 +74,7 @@ class Connection:
         self._leftover = leftover
         self._loop_thread = threading.get_ident()  # connections are made on the loop thread
         self._tls = tls
+        self.last_activity = time.monotonic()  # bytes moved either way: the peer is alive
 
     def start(self) -> None:
         """Begin reading (loop thread)."""
@@ -107,6 +109,7 @@ class Connection:
             if n == 0:
                 self._lost(None)
                 return
+            self.last_activity = time.monotonic()
             try:
                 decoder.buffer_updated(n)
             except ProtocolError as exc:
@@ -219,6 +222,7 @@ class Connection:
                     except OSError as exc:
                         self.loop.call_soon(self._lost, exc)
                         return
+                    self.last_activity = time.monotonic()
                 while pending:
                     head = pending[0]
                     if isinstance(head, _Flushed):
