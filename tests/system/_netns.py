@@ -270,18 +270,34 @@ class TestNet:
         if loss_pct:
             if shutil.which("nft") is None:
                 raise NetnsUnavailable("neither netem nor nft is available to drop packets")
-            per_way = int(round(loss_pct / 2 * 100))  # per 10 000 packets, each direction
+            per_way = round(loss_pct / 2 * 100)  # per 10 000 packets, each direction
             rules = (f"table inet {PREFIX}loss {{\n"
                      f"  chain i {{ type filter hook input priority 0; policy accept;\n"
-                     f"    ip protocol tcp numgen random mod 10000 < {per_way} drop; }}\n"
+                     f"    ip protocol tcp numgen random mod 10000 < {per_way} counter drop; }}\n"
                      f"  chain o {{ type filter hook output priority 0; policy accept;\n"
-                     f"    ip protocol tcp numgen random mod 10000 < {per_way} drop; }}\n"
+                     f"    ip protocol tcp numgen random mod 10000 < {per_way} counter drop; }}\n"
                      f"}}\n")
             res = self.run(node, ["nft", "-f", "-"], input=rules)
             if res.returncode != 0:
                 raise NetnsUnavailable(f"nft refused the loss rule: {res.stderr.strip()}")
         node.impaired = {"delay_ms": 0.0, "loss_pct": loss_pct, "how": "nft"}
         return node.impaired
+
+    def dropped(self, which: int | str | Node) -> int:
+        """How many packets the impairment of a node's link has dropped so far."""
+        node = self.node(which)
+        how = node.impaired.get("how")
+        if how == "nft":
+            out = self.run(node, ["nft", "list", "table", "inet", f"{PREFIX}loss"]).stdout
+            return sum(int(n) for n in re.findall(r"counter packets (\d+)", out))
+        if how == "netem":
+            total = 0
+            for ns, dev in ((self.bridge_ns, node.port), (node.ns, "eth0")):
+                out = subprocess.run(["ip", "netns", "exec", ns, "tc", "-s", "qdisc", "show",
+                                      "dev", dev], capture_output=True, text=True).stdout
+                total += sum(int(n) for n in re.findall(r"dropped (\d+)", out))
+            return total
+        return 0
 
     def clear_impairment(self, which: int | str | Node) -> None:
         """Remove delay and loss from a node's link (no-op when there is none)."""

@@ -22,7 +22,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
 PORT = 26600
 SECRET = "multihost-test-secret"
 LOST = 3.0  # host_lost_timeout used by these tests (the default)
@@ -212,12 +211,35 @@ def _attack_main(addr: str, marker_dir: str, good_secret: str) -> int:  # pragma
         return {"name": name, "closed": True, "error": error, "got": got.decode("latin-1"),
                 "handshake_error": str(hs.error) if hs is not None and hs.error else None}
 
+    def forged_proof(name: str) -> dict[str, Any]:
+        """A client that ignores the server's proof and answers with a made-up one."""
+        from regency._wire import _handshake as h
+
+        s = socket.create_connection((host, int(port)), timeout=5)
+        got = b""
+        try:
+            vf = bytes([len(VERSION)]) + VERSION.encode()
+            s.sendall(h._message(h._HELLO, vf + os.urandom(32) + b"tcp:10.77.0.200:1"))
+            while len(got) < 7 or len(got) < 7 + int.from_bytes(got[5:7], "big"):
+                got += s.recv(4096)
+            s.sendall(h._message(h._PROOF, os.urandom(32)) + evil(name))
+            s.settimeout(3)
+            while data := s.recv(4096):
+                got += data
+        except OSError:
+            pass
+        finally:
+            s.close()
+        return {"name": name, "closed": True, "got": got.decode("latin-1"),
+                "handshake_error": None}
+
     wrong = hashlib.sha256(b"not-the-secret").digest()
     good = hashlib.sha256(good_secret.encode()).digest()
     results = [
         session("garbage", b"GET / HTTP/1.0\r\n\r\n", None),
         session("raw_frame", b"", None),
         session("wrong_secret", b"", ClientHandshake(wrong, VERSION, "tcp:10.77.0.200:1")),
+        forged_proof("forged_proof"),
         session("other_version", b"", ClientHandshake(good, "regency-9.9", "tcp:10.77.0.200:1")),
     ]
     for r in results:
@@ -306,17 +328,16 @@ class Worker:
                 return False
         except psutil.NoSuchProcess:
             return False
-        log = self.log.read_text(errors="replace")
         try:
-            wait_for(lambda: log.count("serving controller") <= log.count("ready for the next")
-                     and not self.procs() or self._reload(), timeout, "worker to be idle")
+            wait_for(self._idle, timeout, "worker to be idle")
         except AssertionError:
             return False
         return True
 
-    def _reload(self) -> bool:
+    def _idle(self) -> bool:
         log = self.log.read_text(errors="replace")
-        return log.count("serving controller") <= log.count("ready for the next") and not self.procs()
+        detached = log.count("serving controller") <= log.count("ready for the next")
+        return detached and not self.procs()
 
     def wait_listening(self, timeout: float = 20.0) -> None:
         def ready() -> bool:
@@ -622,7 +643,8 @@ def test_unauthenticated_wrong_secret_and_other_version_are_refused(
                                   str(marker_dir), SECRET], env=_env())
     assert res.returncode == 0, res.stderr
     attacks = {a["name"]: a for a in map(json.loads, res.stdout.splitlines())}
-    assert set(attacks) == {"garbage", "raw_frame", "wrong_secret", "other_version"}
+    assert set(attacks) == {"garbage", "raw_frame", "wrong_secret", "forged_proof",
+                            "other_version"}
     assert all(a["closed"] for a in attacks.values())
     assert "bad magic" in attacks["garbage"]["got"]  # the worker says why, then closes
     assert "version mismatch" in (attacks["other_version"]["handshake_error"] or "")
@@ -631,10 +653,10 @@ def test_unauthenticated_wrong_secret_and_other_version_are_refused(
     def refusals() -> list[str]:
         return [ln for ln in w.text().splitlines() if "refused a connection" in ln]
 
-    lines = wait_for(lambda: len(refusals()) >= 4 and refusals(), 10, "4 refusal log lines")
+    lines = wait_for(lambda: len(refusals()) >= 5 and refusals(), 10, "5 refusal log lines")
     text = "\n".join(lines)
     assert text.count("bad magic") == 2, text
-    assert "authentication failed" in text
+    assert text.count("authentication failed") == 2, text  # wrong secret, forged proof
     assert "version mismatch" in text and "regency-9.9" in text
     assert list(marker_dir.iterdir()) == [], "an unauthenticated payload was unpickled"
     assert w.proc.poll() is None
@@ -736,6 +758,22 @@ def test_shutdown_after_a_host_is_lost_is_prompt(cluster: Cluster) -> None:
     assert took < 3, f"shutdown took {took:.1f}s: it waited on the lost host"
 
 
+def test_lost_host_detection_takes_the_configured_timeout(cluster: Cluster) -> None:
+    """With heartbeats every 0.2 s and a 1 s limit, a cut host fails calls within ~1.2 s."""
+    period, limit = 0.2, 1.0
+    ctl = cluster.controller(REGENCY_HEARTBEAT_INTERVAL=str(period),
+                             REGENCY_HOST_LOST_TIMEOUT=str(limit))
+    ctl.ok("attach", workers=cluster.addrs[:2])
+    ctl.ok("spawn", gpus=1)
+    ctl.ok("slow", host=1, secs=60)
+    t_cut = time.monotonic()
+    cluster.net.cut(1)
+    done = ctl.event("slow_done", 10)
+    assert done["err"] == "SupervisionError", done
+    took = done["t"] - t_cut
+    assert took < limit + period + 0.4, f"detected after {took:.2f}s"
+
+
 def test_sigstop_worker_is_detected(cluster: Cluster) -> None:
     ctl = cluster.controller()
     ctl.ok("attach", workers=cluster.addrs)
@@ -749,6 +787,23 @@ def test_sigstop_worker_is_detected(cluster: Cluster) -> None:
     wait_for(lambda: not cluster.workers[2].procs(), 10, "the resumed worker to drop its procs")
 
 
+def test_sigkilled_worker_fails_calls_at_once(cluster: Cluster) -> None:
+    """A worker that dies (and its procs with it) resets its connections: no heartbeat wait."""
+    ctl = cluster.controller()
+    ctl.ok("attach", workers=cluster.addrs)
+    ctl.ok("spawn", gpus=1)
+    ctl.ok("slow", host=2, secs=60)
+    t_kill = time.monotonic()
+    victims = [cluster.workers[2].proc.pid] + [p.pid for p in cluster.workers[2].descendants()]
+    for pid in victims:
+        os.kill(pid, signal.SIGKILL)
+    done = ctl.event("slow_done", LOST + 5)
+    assert done["err"] == "SupervisionError", done
+    assert done["t"] - t_kill < LOST, f"took {done['t'] - t_kill:.2f}s: waited for heartbeats"
+    assert len(ctl.ok("host", host=0)) == 1
+    ctl.ok("stop", timeout=20)
+
+
 @pytest.mark.skipif(not loss_available(), reason="neither netem nor nft can drop packets here")
 def test_delay_and_loss_calls_still_complete(cluster: Cluster) -> None:
     ctl = cluster.controller()
@@ -756,9 +811,12 @@ def test_delay_and_loss_calls_still_complete(cluster: Cluster) -> None:
     ctl.ok("spawn", gpus=1)
     applied = cluster.net.impair(0, delay_ms=50, loss_pct=5)
     print("impairment applied:", applied)
-    stats = ctl.ok("echo_many", timeout=60, host=0, n=40, size=20000)
+    stats = ctl.ok("echo_many", timeout=60, host=0, n=60, size=20000)
     if applied["delay_ms"]:
         assert stats["min"] >= applied["delay_ms"] / 1000 * 0.9, stats
+    dropped = cluster.net.dropped(0)
+    print(f"round trips {stats}; {dropped} packets dropped")
+    assert dropped > 0, "the impairment dropped nothing: the test would prove nothing"
     assert len(ctl.ok("host", host=0, timeout=20)) == 1
     assert not ctl.events or all(e["ev"] != "unhandled" for e in ctl.events), ctl.events
     cluster.net.clear_impairment(0)

@@ -275,14 +275,14 @@ def _proc_up(rt: Runtime, msg: dict[str, Any]) -> None:
         st.ready.set_result(True)
 
 
-def _proc_exited(rt: Runtime, msg: dict[str, Any]) -> None:
+def _proc_exited(rt: Runtime, msg: dict[str, Any], drain: bool = True) -> None:
     addr = msg["addr"]
     info = rt.extra.get("proc_meshes", {}).get(msg["mesh_uid"])
     rt.mark_dead(addr, f"the proc {msg['cause']}")
     if info is not None and not info["state"].ready.done():
         info["state"].ready.set_exception(SupervisionError(f"proc {addr} {msg['cause']}"))
     expected = msg["expected"] or rt.stopping or (info is not None and info["state"].stopped)
-    supervisor(rt).proc_exited({**msg, "expected": bool(expected)})
+    supervisor(rt).proc_exited({**msg, "expected": bool(expected)}, drain=drain)
 
 
 def host_lost(rt: Runtime, agent: str, why: str) -> None:
@@ -293,7 +293,8 @@ def host_lost(rt: Runtime, agent: str, why: str) -> None:
             if a == agent and addr not in rt.dead_addrs:
                 _proc_exited(rt, {"addr": addr, "pid": None, "cause": f"was lost: {why}",
                                   "expected": False, "mesh_uid": uid, "rank": rank,
-                                  "host": agent, "last_lines": []})
+                                  "host": agent, "last_lines": []},
+                             drain=False)  # an unreachable host's connections only look live
 
 
 def _peer_lost(rt: Runtime, addr: str, exc: BaseException | None) -> None:

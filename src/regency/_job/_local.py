@@ -110,10 +110,9 @@ class LocalJob(Job):
 
     @classmethod
     def _kill(cls, recorded: dict[str, Any]) -> None:
+        procs = [p for p in map(_same_process, recorded.get("workers", [])) if p is not None]
+        _stop_all(procs)
         for w in recorded.get("workers", []):
-            proc = _same_process(w)
-            if proc is not None:
-                _stop_tree(proc.pid, proc)
             _reap(int(w.get("pid", 0)))
 
 
@@ -141,16 +140,24 @@ def _same_process(w: dict[str, Any]) -> psutil.Process | None:
 
 
 def _stop_tree(pid: int, proc: psutil.Process | None) -> None:
-    """SIGTERM a worker, then SIGKILL it and its descendants if they outlive the grace."""
+    """Stop one worker (see :func:`_stop_all`)."""
     try:
-        proc = proc or psutil.Process(pid)
-        family = [proc, *proc.children(recursive=True)]
-    except psutil.Error:
-        return
-    try:
-        proc.send_signal(signal.SIGTERM)
+        _stop_all([proc or psutil.Process(pid)])
     except psutil.Error:
         pass
+    _reap(pid)
+
+
+def _stop_all(workers: list[psutil.Process]) -> None:
+    """SIGTERM the workers, then SIGKILL whatever of them (and their descendants) outlives
+    the grace period."""
+    family: list[psutil.Process] = []
+    for proc in workers:
+        try:
+            family += [proc, *proc.children(recursive=True)]
+            proc.send_signal(signal.SIGTERM)
+        except psutil.Error:
+            pass
     _, alive = psutil.wait_procs(family, timeout=_GRACE)
     for p in alive:
         try:
@@ -158,7 +165,6 @@ def _stop_tree(pid: int, proc: psutil.Process | None) -> None:
         except psutil.Error:
             pass
     psutil.wait_procs(alive, timeout=_GRACE)
-    _reap(pid)
 
 
 def _tail(text: str, n: int = 20) -> str:

@@ -37,7 +37,7 @@ _DONE = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL
 
 
 class SlurmJob(Job):
-    """Worker hosts in a SLURM allocation: ``nodes`` × ``ntasks_per_node`` workers.
+    """Worker hosts in a SLURM allocation: ``nodes * ntasks_per_node`` workers.
 
     Example::
 

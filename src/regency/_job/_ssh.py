@@ -64,9 +64,11 @@ class SSHJob(Job):
     kind = "ssh"
 
     def __init__(self, hosts: Sequence[str], *, name: str = "ssh", python: str = "python3",
-                 port: int = 26600, bind: str = "0.0.0.0", advertise: Sequence[str] | None = None,
-                 ssh: str = "ssh", ssh_args: Sequence[str] = (), env: Mapping[str, str] | None = None,
-                 workdir: str | None = None, start_timeout: float = 60.0, mesh_name: str = "hosts",
+                 port: int = 26600, bind: str = "0.0.0.0",
+                 advertise: Sequence[str] | None = None, ssh: str = "ssh",
+                 ssh_args: Sequence[str] = (), env: Mapping[str, str] | None = None,
+                 workdir: str | None = None, start_timeout: float = 60.0,
+                 mesh_name: str = "hosts",
                  cache_dir: str | os.PathLike[str] | None = None) -> None:
         if isinstance(hosts, str) or not hosts:
             raise ValueError("hosts must be a non-empty list of ssh destinations")

@@ -17,6 +17,7 @@ is dead for good (addresses are never reused); frames for it go to ``on_undelive
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import socket
 import ssl
@@ -166,13 +167,14 @@ class Router:
                                                 self.identity_for(peer.addr),
                                                 self.tls[1] if self.tls else None)
                 break
-            except (ConnectionRefusedError, FileNotFoundError) as exc:
-                if loop.time() > deadline or self.closing:
+            except OSError as exc:
+                if not _retryable(exc) or loop.time() > deadline or self.closing:
+                    log.warning("regency: cannot connect to %s: %s", peer.addr, exc)
                     self._mark_dead(peer, exc)
                     return
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.02)
-            except (OSError, AuthenticationError, asyncio.TimeoutError) as exc:
+                delay = min(delay * 2, 0.02 if _starting(exc) else 0.5)
+            except AuthenticationError as exc:
                 log.warning("regency: cannot connect to %s: %s", peer.addr, exc)
                 self._mark_dead(peer, exc)
                 return
@@ -280,6 +282,19 @@ def _owned(frame: Frame) -> Frame:
         view = buf.raw() if hasattr(buf, "raw") else memoryview(buf)
         out.append(view.tobytes() if view.nbytes >= 64 * 1024 else buf)
     return out
+
+
+def _starting(exc: OSError) -> bool:
+    """The peer's host is up but nothing listens yet (a proc still starting)."""
+    return isinstance(exc, (ConnectionRefusedError, FileNotFoundError))
+
+
+def _retryable(exc: OSError) -> bool:
+    """Worth trying again until the connect deadline: not listening yet, or no route yet
+    (a host still booting, a link coming back)."""
+    if isinstance(exc, TimeoutError):
+        return False  # the handshake itself took too long
+    return _starting(exc) or exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH)
 
 
 def canonical(address: str) -> str:
