@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging as _logging
 
+from ._version import __version__
 from .actor import (
     Accumulator,
     Actor,
@@ -37,8 +38,6 @@ from .actor import (
     this_host,
     this_proc,
 )
-
-__version__ = "0.1.0"
 
 _logging.getLogger("regency").addHandler(_logging.NullHandler())
 

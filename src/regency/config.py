@@ -31,7 +31,6 @@ _DEFAULTS: dict[str, Any] = {
     "connect_timeout": 30.0,
     "cleanup_timeout": 3.0,
     "stop_actor_timeout": 10.0,
-    "process_exit_timeout": 5.0,
     "pending_message_timeout": 30.0,
     "max_cast_fanout": 16,
     "socket_buffer_bytes": 4 * 1024 * 1024,

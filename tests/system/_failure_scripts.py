@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import queue
 import re
-import signal
 import subprocess
 import sys
 import textwrap
@@ -66,6 +65,7 @@ class Victim(Actor):
     def __init__(self, fail_init=False):
         if fail_init:
             print("constructing a doomed victim", flush=True)
+            time.sleep(0.1)  # fail after spawn() returned: the race before is its own test
             raise ValueError("init failed on purpose")
 
     @endpoint
@@ -324,7 +324,3 @@ def describe(run: Outcome | Controller) -> str:
         return run.text()
     return (f"rc={run.returncode} elapsed={run.elapsed:.2f}s marks={run.marks}\n"
             f"--- stdout ---\n{run.stdout}\n--- stderr ---\n{run.stderr}")
-
-
-def signal_name(code: int) -> str:
-    return signal.Signals(-code).name if code < 0 else str(code)

@@ -146,12 +146,6 @@ def test_ctrl_c_stops_everything_with_one_short_message(tmp_path, controllers, m
         assert (tmp_path / f"cleaned.{rank}").read_text() == "None", c.text()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: Ctrl-C while an actor is busy prints asyncio noise after regency's message: "
-    "'Task was destroyed but it is pending! task: <Task pending ... "
-    "coro=<HostAgent._await_stop() ...>>' (_runtime/_host_agent.py _on_stop_procs creates "
-    "the _await_stop task, which the shutdown (_api/_bootstrap.py _shutdown: loop.stop() "
-    "after stop_everything timed out) abandons while it still waits for the busy proc)"))
 def test_ctrl_c_while_an_actor_is_busy_is_still_one_short_message(tmp_path,
                                                                    controllers) -> None:
     c, code, took, _ = _ctrl_c(tmp_path, controllers, "busy")

@@ -227,12 +227,6 @@ def test_cgroup_out_of_memory_kill_fails_fast(tmp_path, reap, small_cgroup) -> N
     assert_fail_fast(run, "rank 1 {'gpus': 1}", "endpoint: alloc", "SIGKILL", f"pid {pid}")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: an OOM kill inside a cgroup is reported as a plain SIGKILL: "
-    "_runtime/_host_agent.py oom_kills() reads only the root files "
-    "/sys/fs/cgroup/memory.events and /sys/fs/cgroup/memory/memory.oom_control, not the "
-    "memory cgroup of the proc (from /proc/<pid>/cgroup, to be recorded at spawn), whose "
-    "oom_kill counter is the one the kernel bumps (v1 counters are not hierarchical)"))
 def test_cgroup_out_of_memory_kill_is_reported_as_out_of_memory(tmp_path, reap,
                                                                  small_cgroup) -> None:
     run = run_failing(tmp_path, CGROUP_BODY.format(procs=str(small_cgroup / "cgroup.procs")))
@@ -320,11 +314,6 @@ def test_fail_fast_interrupts_a_blocking_get(tmp_path, reap) -> None:
     assert_fail_fast(run, "ValueError: failed while main was in get()")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: after a fail-fast report the exit waits up to 3 s for busy healthy actors to stop "
-    "gracefully: _api/_bootstrap.py _at_exit() calls _shutdown(rt, 3.0), whose "
-    "stop_everything -> stop_procs drains each proc's mailbox (the sleeping rank) before "
-    "__cleanup__; measured ~3.0 s from the failure to the exit"))
 def test_fail_fast_does_not_wait_for_busy_healthy_actors(tmp_path, reap) -> None:
     run = run_failing(tmp_path, """
         procs, victims = spawn_victims()
@@ -366,12 +355,6 @@ def test_a_failure_after_the_last_line_does_not_exit_0(tmp_path, reap) -> None:
     assert_fail_fast(run, "ValueError: failed after the last line")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: a proc crash after the script's last line exits 0 with no report: at exit "
-    "stop_everything (_api/_dispatch.py) marks every proc mesh stopped and the host agent "
-    "marks the procs stopping, so the crash of a proc still draining work sent before the "
-    "end arrives as an expected exit (_api/_dispatch.py _proc_exited: expected = ... or "
-    "rt.stopping or state.stopped) and is dropped"))
 def test_a_crash_after_the_last_line_does_not_exit_0(tmp_path, reap) -> None:
     run = run_failing(tmp_path, """
         procs, victims = spawn_victims()
@@ -382,7 +365,7 @@ def test_a_crash_after_the_last_line_does_not_exit_0(tmp_path, reap) -> None:
     assert_fail_fast(run, "exited with code 3")
 
 
-def test_an_uncaught_supervision_error_exits_non_zero_naming_the_rank(tmp_path, reap) -> None:
+def test_an_uncaught_supervision_error_exits_non_zero(tmp_path, reap) -> None:
     run = run_failing(tmp_path, """
         procs, victims = spawn_victims()
         mark("T0")
@@ -391,10 +374,51 @@ def test_an_uncaught_supervision_error_exits_non_zero_naming_the_rank(tmp_path, 
     reap.append(run.tag)
     assert run.returncode == 1, describe(run)
     assert run.after_t0 < PROMPT_S, describe(run)
-    assert "SupervisionError" in run.stderr, describe(run)
-    last = run.stderr.strip().splitlines()[-1]
-    assert "os_exit" in last and "rank 1" in last and "exited with code 3" in last, describe(run)
+    assert banner_count(run.stderr) == 1 and "exited with code 3" in run.stderr, describe(run)
     assert not wait_no_tagged(run.tag), describe(run)
+
+
+def test_an_uncaught_supervision_error_keeps_its_traceback(tmp_path, reap) -> None:
+    run = run_failing(tmp_path, """
+        def slow_hook(kind, exc, tb):   # a traceback formatter that takes a moment
+            time.sleep(0.5)
+            sys.__excepthook__(kind, exc, tb)
+        sys.excepthook = slow_hook
+
+        procs, victims = spawn_victims()
+        mark("T0")
+        victims.slice(gpus=1).os_exit.call_one(3).get(timeout=20)
+        """)
+    reap.append(run.tag)
+    assert run.returncode == 1, describe(run)
+    assert top_level_tracebacks(run.stderr), describe(run)
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("regency.errors.SupervisionError: Endpoint call victim.os_exit()"), (
+        describe(run))
+    assert "rank 1" in last and "exited with code 3" in last, describe(run)
+
+
+def test_a_failure_during_spawn_is_not_lost(tmp_path, reap) -> None:
+    run = run_failing(tmp_path, """
+        import regency._api._supervisor as supervisor_module
+
+        original = supervisor_module.Supervisor.mesh_spawned
+
+        def descheduled(self, *args, **kwargs):
+            time.sleep(0.5)
+            return original(self, *args, **kwargs)
+
+        procs = this_host().spawn_procs(per_host={"gpus": 2}, name="victims")
+        procs.initialized.get(timeout=20)
+        supervisor_module.Supervisor.mesh_spawned = descheduled
+        mark("T0")
+        doomed = procs.spawn("doomed", Victim, True)
+        time.sleep(4)
+        print("NOT REPORTED", flush=True)
+        """)
+    reap.append(run.tag)
+    assert "NOT REPORTED" not in run.stdout, describe(run)
+    assert_fail_fast(run, "endpoint: __init__", "ValueError: init failed on purpose")
 
 
 # -- the hook is replaceable ------------------------------------------------------------------

@@ -208,8 +208,12 @@ class ActorBehavior:
         return fn
 
     def _refuse(self, port: Any) -> bool:
-        if self.failure is None and self.actor is not None:
+        if self.failure is None and self.actor is not None and self.stop_requested is None:
             return False
+        if port is not None and self.stop_requested is not None and self.failure is None:
+            msg = f"actor {self.instance.actor_id} stopped itself ({self.stop_requested})"
+            self.rt.send_reply(port, self.g, m.SUPERVISION, (msg, None))
+            return True
         if port is not None:
             why = self.failure.cause if self.failure else "it was never constructed"
             msg = f"actor {self.instance.actor_id} has failed: {why}"
@@ -310,7 +314,8 @@ class ActorBehavior:
 
     # -- stopping ----------------------------------------------------------------------------
     def request_stop(self, reason: str) -> None:
-        """Self-stop (``context().actor_instance.stop()``)."""
+        """Self-stop (``context().actor_instance.stop()``): messages after this one are refused."""
+        self.stop_requested = reason
         self.rt.send_sys(self.rt.address, "stop_actor", uid=self.uid, reason=reason, port=None)
 
     def cleanup(self, exc: BaseException | None) -> Any:

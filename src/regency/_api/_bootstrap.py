@@ -153,7 +153,11 @@ def _shutdown(rt: Runtime, timeout: float) -> None:
         if thread.is_alive():
             try:
                 rt.run_sync(lambda: stop_everything(rt, timeout), timeout=timeout + 5.0)
-            except Exception:
+            except Exception:  # noqa: BLE001 - shutting down regardless
+                pass
+            try:
+                rt.run_sync(_cancel_tasks, timeout=2.0)
+            except Exception:  # noqa: BLE001
                 pass
             rt.loop.call_soon_threadsafe(rt.loop.stop)
             thread.join(timeout=5.0)
@@ -163,12 +167,25 @@ def _shutdown(rt: Runtime, timeout: float) -> None:
                 _current.set_runtime(None)
 
 
+async def _cancel_tasks() -> None:
+    """Cancel what is still running on the loop (a stop past its deadline, say), quietly."""
+    import asyncio
+
+    me = asyncio.current_task()
+    tasks = [t for t in asyncio.all_tasks() if t is not me]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=1.0)
+
+
 def _at_exit() -> None:
     from . import _failfast
 
     rt = _current.get()
     if rt is not None and rt.role == "controller":
-        _shutdown(rt, 3.0)
+        # after a fail-fast, healthy but busy actors are not waited for
+        _shutdown(rt, 0.3 if _failfast.pending_exit_code() is not None else 3.0)
     code = _failfast.pending_exit_code()
     if code is not None:
         os._exit(code)  # a failure arrived after the script's last line: never exit 0

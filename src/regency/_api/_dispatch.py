@@ -257,8 +257,13 @@ def _actor_failed(rt: Runtime, msg: dict[str, Any]) -> None:
     sup = supervisor(rt)
     if msg["uid"] in sup._shapes:
         sup.actor_failed(msg["uid"], msg["rank"], failure)
-    else:  # a mesh this runtime did not record (should not happen): still never lose it
+    else:  # a mesh this runtime did not record: never lose it, the root hears of it
         log.error("regency: failure of an unknown mesh:\n%s", failure.report())
+        if rt.role == "controller":
+            from . import _failfast
+            from ._supervise import banner
+
+            _failfast.fail_fast(banner(failure.report()), 1)
 
 
 def _proc_up(rt: Runtime, msg: dict[str, Any]) -> None:
@@ -281,7 +286,7 @@ def _proc_exited(rt: Runtime, msg: dict[str, Any], drain: bool = True) -> None:
     rt.mark_dead(addr, f"the proc {msg['cause']}")
     if info is not None and not info["state"].ready.done():
         info["state"].ready.set_exception(SupervisionError(f"proc {addr} {msg['cause']}"))
-    expected = msg["expected"] or rt.stopping or (info is not None and info["state"].stopped)
+    expected = msg["expected"]
     supervisor(rt).proc_exited({**msg, "expected": bool(expected)}, drain=drain)
 
 

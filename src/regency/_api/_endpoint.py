@@ -1,9 +1,10 @@
 """``Endpoint``: the messaging adverbs on a mesh's endpoint, and ``send``/``Accumulator``.
 
 Every adverb binds its arguments against the endpoint's signature first (a ``TypeError``
-names the endpoint), pickles them once in the calling thread, and hands one frame to the loop,
-which writes it to every member of the (sliced) mesh. Replies come back to a port of the
-caller; the returned ``Future`` is bound to the health of the members still pending.
+names the endpoint), pickles them once in the calling thread, and writes that one frame,
+from the calling thread, to every member of the (sliced) mesh or to the first relays of its
+tree. Replies come back to a port of the caller; the returned ``Future`` is bound to the
+health of the members still pending.
 """
 
 from __future__ import annotations

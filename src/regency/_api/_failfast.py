@@ -20,6 +20,7 @@ from .. import config
 
 _exit_code: int | None = None
 _installed = False
+_reporting = False  # the main thread is printing an uncaught exception: do not interrupt it
 
 
 def pending_exit_code() -> int | None:
@@ -36,6 +37,8 @@ def install_handler() -> None:
 
     def handler(sig: int, frame: FrameType | None) -> Any:
         if _exit_code is not None:
+            if _reporting:
+                return None  # already on the way out; the exit code is applied at exit
             raise SystemExit(_exit_code)
         if callable(previous):
             return previous(sig, frame)
@@ -45,6 +48,8 @@ def install_handler() -> None:
     previous_hook = sys.excepthook
 
     def excepthook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+        global _reporting
+        _reporting = True
         if issubclass(kind, KeyboardInterrupt):
             sys.stderr.write("regency: interrupted (Ctrl-C): stopping the meshes and exiting\n")
             return

@@ -121,15 +121,18 @@ class HostMesh(MeshTrait):
         rt.extra.setdefault("proc_meshes", {})[uid] = {
             "state": st, "addrs": set(addrs), "addr_list": addrs, "agents": agents,
             "owner_uid": _owner_uid(), "name": name, "shape": shape}
-        spec = {"job": rt.job, "secret": rt.secret, "root": rt.extra["root"], "mesh_uid": uid,
+        spec = {"job": rt.job, "root": rt.extra["root"], "mesh_uid": uid,
                 "mesh_name": name, "shape": shape, "proc_addrs": tuple(addrs),
                 "host_agents": tuple(agents),
                 "bootstrap": _pickled(bootstrap), "config": config.get_runtime_config()}
         supervisor(rt).mesh_spawned(uid, _owner_uid(), "proc", name, shape, tuple(addrs))
+        here = {"env": dict(os.environ), "cwd": os.getcwd(), "sys_path": list(sys.path)}
         for agent, procs in requests.items():
+            # procs on this machine start in our current environment; a worker's procs in
+            # the worker's own (its paths, its interpreter), as Monarch does
+            where = here if agent in rt.my_addresses else {}
             rt.send_sys(agent, "spawn_procs", procs=procs, spec=spec, owner=rt.contact,
-                        mesh_uid=uid, env=dict(os.environ), cwd=os.getcwd(),
-                        sys_path=list(sys.path))
+                        mesh_uid=uid, **where)
         return ProcMesh(uid, name, shape, tuple(addrs), tuple(agents))
 
     def shutdown(self) -> Future[None]:

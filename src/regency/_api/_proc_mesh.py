@@ -98,10 +98,10 @@ class ProcMesh(MeshTrait):
                    "proc_mesh": self}
         data, buffers = dumps(payload)
         frame = [pickle.dumps((m.SYS, "spawn_actor")), data, *buffers]
+        supervisor(rt).mesh_spawned(uid, _owner_uid(), "actor", name, shape, self._proc_addrs,
+                                    _qualname(Class))  # before any member can fail
         for g in shape.ranks():
             rt.post(self._proc_addrs[g], frame)
-        supervisor(rt).mesh_spawned(uid, _owner_uid(), "actor", name, shape, self._proc_addrs,
-                                    _qualname(Class))
         mesh = ActorMesh(uid, name, Class, shape, self._proc_addrs, shape, fanout)
         return mesh  # type: ignore[return-value]
 

@@ -163,6 +163,9 @@ class Supervisor:
             actions = list(getattr(exc, "actions", []) or [])
         # fill the failures in now, while the calls they name are still pending
         hooks = [(a, self._fill(a.failure)) for a in actions if isinstance(a, RunRootHook)]
+        # when one proc death fails several meshes, the actor mesh (with class and endpoint)
+        # is delivered first: it is the more useful story
+        actions.sort(key=lambda a: not (isinstance(a, DeliverToOwner) and a.failure.actor_class))
         for action in actions:
             if isinstance(action, RunRootHook):
                 continue

@@ -1,4 +1,4 @@
-"""``regency``: the command line. Subcommands: ``version``, ``doctor``."""
+"""``regency``: the command line. Subcommands: ``version``, ``doctor``, ``worker``."""
 
 from __future__ import annotations
 

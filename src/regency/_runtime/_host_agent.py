@@ -43,6 +43,9 @@ class ProcRecord:
     rank: int
     pid: int = 0
     ready: bool = False
+    killed: bool = False  # we sent it SIGKILL (a stop past its deadline, an orphan, shutdown)
+    cgroup: str = ""  # its memory cgroup directory, read once it is up
+    ooms: int = 0  # that cgroup's OOM-kill count when it came up
     physical: str = ""  # where it listens, for procs known by a logical via: name
     stopping: bool = False
     tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=200))
@@ -73,11 +76,28 @@ def describe_status(status: int) -> str:
     return f"exited with code {os.WEXITSTATUS(status)}"
 
 
-def oom_kills() -> int:
-    """How many processes the kernel's OOM killer ended in this cgroup (0 if unknown)."""
-    for path in ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"):
+def memory_cgroup(pid: int) -> str:
+    """The directory of a process's memory cgroup (v2 unified or v1 memory), or ""."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return ""
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            return "/sys/fs/cgroup" + path
+        if "memory" in controllers.split(","):
+            return "/sys/fs/cgroup/memory" + path
+    return ""
+
+
+def oom_kills(rec: ProcRecord | None = None) -> int:
+    """How many processes the kernel's OOM killer ended in the proc's memory cgroup."""
+    base = rec.cgroup if rec is not None and rec.cgroup else "/sys/fs/cgroup"
+    for name in ("memory.events", "memory.oom_control"):
         try:
-            with open(path) as f:
+            with open(f"{base}/{name}") as f:
                 for line in f:
                     key, _, value = line.partition(" ")
                     if key == "oom_kill":
@@ -99,7 +119,6 @@ class HostAgent:
         self._sock: socket.socket | None = None
         self._zygote: subprocess.Popen[bytes] | None = None
         self._stop_waiters: list[tuple[set[str], asyncio.Future[None]]] = []
-        self._ooms = oom_kills()
         self._outbox: collections.deque[tuple[bytes, list[int]]] = collections.deque()
         self._writer_armed = False
         handlers = runtime.sys_handlers
@@ -180,11 +199,13 @@ class HostAgent:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         self._tokens += 1
-        spec = {**req["spec"], **entry, "host_agent": self.rt.address}
+        # the secret never travels in a request: the agent (same job) hands down its own
+        spec = {**req["spec"], **entry, "host_agent": self.rt.address, "secret": self.rt.secret}
         if rec.addr.startswith("via:"):
             spec["bind"] = f"tcp:{self.advertise_host or '127.0.0.1'}:0"
         msg = {"token": self._tokens, "entry": "regency._api._proc_main:run_proc", "spec": spec,
-               "env": req["env"], "cwd": req["cwd"], "sys_path": req["sys_path"]}
+               "env": req.get("env") or dict(os.environ), "cwd": req.get("cwd") or os.getcwd(),
+               "sys_path": req.get("sys_path") or list(sys.path)}
         try:
             data = pickle.dumps(msg)
         except Exception as exc:
@@ -231,6 +252,8 @@ class HostAgent:
             return
         rec.ready = True
         rec.physical = msg.get("physical", rec.addr)
+        rec.cgroup = memory_cgroup(rec.pid) if rec.pid else ""
+        rec.ooms = oom_kills(rec)
         for port in self._resolving.pop(rec.addr, []):
             self.rt.send_reply(port, None, OK, rec.physical)
         self.rt.send_sys(rec.owner, "proc_up", addr=rec.addr, pid=msg["pid"],
@@ -299,11 +322,13 @@ class HostAgent:
             self.rt.send_reply(port, None, RAW_ERROR, f"{rec.addr}: the proc {cause}")
         for fd, stream in list(zip(rec.pipes, (sys.stdout, sys.stderr))):
             self._read_rest(rec, fd, stream)
-        if cause == "killed by signal SIGKILL" and not rec.stopping and oom_kills() > self._ooms:
-            self._ooms = oom_kills()
+        if cause == "killed by signal SIGKILL" and not rec.killed and oom_kills(rec) > rec.ooms:
             cause += " (out of memory: the kernel's OOM killer ended it)"
         self.rt.mark_dead(rec.addr, f"proc {cause}")
-        self._notify_owner(rec, cause, expected=rec.stopping)
+        # asked to stop and it exited cleanly (or we killed it): expected; a crash while
+        # draining its last messages is still a failure
+        expected = rec.killed or (rec.stopping and cause == "exited with code 0")
+        self._notify_owner(rec, cause, expected=expected)
         self._check_stop_waiters(rec.addr)
         self._kill_orphans(rec.addr)
 
@@ -372,7 +397,7 @@ class HostAgent:
         """SIGKILL the given procs (all when None)."""
         for rec in list(self.procs.values()):
             if (addrs is None or rec.addr in addrs) and rec.pid:
-                rec.stopping = True
+                rec.stopping = rec.killed = True
                 try:
                     os.kill(rec.pid, signal.SIGKILL)
                 except ProcessLookupError:

@@ -28,11 +28,12 @@ from typing import Any
 from .. import config
 from .._transport import Address, Connection, Listener, connect
 from .._transport._tls import TlsSession, tls_contexts
+from .._version import __version__
 from ..errors import AuthenticationError
 from ._bufpool import POOL
 
 log = logging.getLogger("regency.router")
-VERSION = "0.1.0"  # regency's version, checked in every handshake (peers must match)
+VERSION = __version__  # checked in every handshake: peers of another version are refused
 
 Frame = list[Any]
 

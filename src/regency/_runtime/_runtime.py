@@ -99,21 +99,16 @@ class Runtime:
         """
         if addr in self.my_addresses:
             # Deferred, never inline: a handler must not run in the middle of its sender.
+            # The copy is made now, so the sender may change its buffers as soon as we return.
+            local = _local_copy(frame)
             if self.on_loop():
-                self.loop.call_soon(self._deliver_local, frame)
+                self.loop.call_soon(self._on_frame, local)
             else:
-                self.loop.call_soon_threadsafe(self._deliver_local, frame)
+                self.loop.call_soon_threadsafe(self._on_frame, local)
         else:
             self.router.send(addr, frame)
 
     _send = post
-
-    def _deliver_local(self, frame: Frame) -> None:
-        # In-process delivery still copies out-of-band buffers: the receiver must not
-        # share (and mutate) the sender's memory, exactly as across processes.
-        flat = _flat(frame)
-        local = [memoryview(b) for b in flat[:2]] + [memoryview(bytearray(b)) for b in flat[2:]]
-        self._on_frame(local)
 
     def run_sync(self, coro_fn: Callable[[], Any], timeout: float | None = None) -> Any:
         """Run a coroutine function on the loop from another thread and wait for it."""
@@ -193,14 +188,15 @@ class Runtime:
         held = self.held.setdefault(uid, [])
         held.append((env, frame))
         if len(held) == 1:
-            delay = 30.0
+            delay = float(config.get("pending_message_timeout"))
             self.loop.call_later(delay, self._expire_held, uid, time.monotonic())
 
     def _expire_held(self, uid: str, since: float) -> None:
         for env, _frame in self.held.pop(uid, []):
             port = env[3]
             if port is not None:
-                msg = f"no actor of mesh {uid!r} was spawned in this proc within 30s"
+                wait = config.get("pending_message_timeout")
+                msg = f"no actor of mesh {uid!r} was spawned in this proc within {wait}s"
                 self.send_reply(port, None, m.SUPERVISION, (msg, None))
 
     def add_cell(self, uid: str, cell: Any) -> None:
@@ -293,6 +289,13 @@ class Runtime:
         port_id = self.open_port(on_reply, frozenset({agent}))
         self.send_sys(agent, "resolve", name=logical, port=(self.reply_address(True), port_id))
         return str(await asyncio.wait_for(fut, float(config.get("spawn_timeout"))))
+
+
+def _local_copy(frame: Frame) -> list[memoryview]:
+    """An in-process delivery copies out-of-band buffers, as a trip between processes would:
+    the receiver must not share (and mutate) the sender's memory."""
+    flat = _flat(frame)
+    return [memoryview(b) for b in flat[:2]] + [memoryview(bytearray(b)) for b in flat[2:]]
 
 
 def _flat(frame: Frame) -> list[Any]:

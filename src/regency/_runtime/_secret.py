@@ -9,14 +9,16 @@ from __future__ import annotations
 import hashlib
 import os
 
+from ..errors import RegencyError
 
-class SecretError(RuntimeError):
+
+class SecretError(RegencyError, RuntimeError):
     """No usable job secret was configured."""
 
 
 def configured_secret() -> bytes | None:
     """The job secret from the environment, or None when neither variable is set."""
-    text = os.environ.get("REGENCY_SECRET")
+    text = os.environ.get("REGENCY_SECRET") or None  # empty means unset
     path = os.environ.get("REGENCY_SECRET_FILE")
     if text is None and path:
         try:

@@ -116,8 +116,8 @@ class Connection:
                 self._fail(exc)
                 return
             self._drain()
-            if self.closed:
-                break
+            if self.closed or (n < len(view) and n < _SMALL):
+                break  # a short read drained the socket: skip the extra recv and its EAGAIN
 
     def _on_readable_tls(self) -> None:
         assert self._tls is not None
