@@ -87,6 +87,10 @@ def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("REGENCY_SECRET", "REGENCY_RDMA"))}
     env.update({"REGENCY_SECRET": SECRET, "PYTHONUNBUFFERED": "1"})
+    # a worker's procs start with the worker's own sys.path (not the controller's): give
+    # it the test helpers, as one installs a program's modules on every host
+    here = str(Path(__file__).resolve().parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH", "")) if p)
     return env
 
 
