@@ -69,6 +69,9 @@ class SyncCell:
                     handle(env, payload)
             except BaseException:  # the behavior turns errors into failures itself
                 log.exception("regency: internal error in actor %s", self.uid)
+            # drop the message before waiting for the next one: its receive buffers go back
+            # to the pool (a large payload is otherwise kept alive one message too long)
+            del item, env, payload
 
 
 class AsyncCell:
@@ -114,6 +117,7 @@ class AsyncCell:
             if item is _STOP:
                 return
             env, payload = item
+            result = None
             try:
                 result = payload() if env is None else handle(env, payload)
                 if asyncio.iscoroutine(result):
@@ -122,3 +126,4 @@ class AsyncCell:
                 raise
             except BaseException:
                 log.exception("regency: internal error in actor %s", self.uid)
+            del item, env, payload, result  # see SyncCell._run
