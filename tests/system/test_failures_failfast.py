@@ -162,11 +162,6 @@ def test_the_report_carries_the_last_20_lines_the_proc_printed(tmp_path, reap) -
     assert "| chatter line 9\n" not in report, describe(run)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: a failure that is an exception (broadcast, BaseException, __init__) carries no "
-    "last lines: ActorBehavior.fail (_api/_behavior.py, MeshFailure(...) in fail()) builds "
-    "the record in the proc, which does not keep its own output tail; only the host agent's "
-    "proc_exited carries last_lines"))
 def test_the_report_of_an_exception_failure_carries_the_last_lines_too(tmp_path, reap) -> None:
     run = run_failing(tmp_path, """
         procs, victims = spawn_victims()

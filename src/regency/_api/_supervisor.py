@@ -61,6 +61,7 @@ class Supervisor:
         self._ids = itertools.count(1)
         self._known_calls: set[int] = set()
         self._shapes: dict[str, Shape] = {}  # owned mesh -> its shape, for coordinates
+        self._addrs: dict[str, tuple[str, ...]] = {}  # owned mesh -> proc address per rank
         self._exits: dict[str, ProcExited] = {}  # exits waiting for their connections to end
         rt.router.close_hooks.append(self.connection_closed)
 
@@ -73,6 +74,7 @@ class Supervisor:
         """An owned mesh exists (any thread)."""
         members = {g: addrs[g] for g in shape.ranks()}
         self._shapes[uid] = shape
+        self._addrs[uid] = addrs
         event = MeshSpawned(uid, owner_uid, kind, name, members,  # type: ignore[arg-type]
                             actor_class, cause_id=self._cause("spawn"))
         self.rt.call_soon(self.feed, event)
@@ -209,13 +211,29 @@ class Supervisor:
                     failure = replace(failure, endpoint=c.endpoint)
                     break
         shape = self._shapes.get(failure.mesh_name)
-        if shape is None or failure.coords:
+        if shape is None:
             return failure
+        if not failure.coords:
+            try:
+                local = [shape.local_rank(g) for g in failure.ranks]
+            except ValueError:
+                return failure
+            failure = replace(failure, ranks=local, coords=[dict(shape.point(r)) for r in local])
+        if not failure.last_lines:
+            failure = replace(failure, last_lines=self._last_lines(failure, shape))
+        return failure
+
+    def _last_lines(self, failure: MeshFailure, shape: Shape) -> list[str]:
+        """What the failed proc printed last, when its host agent is this process's."""
+        agent = self.rt.extra.get("agent")
+        addrs = self._addrs.get(failure.mesh_name)
+        if agent is None or addrs is None or not failure.ranks:
+            return []
         try:
-            local = [shape.local_rank(g) for g in failure.ranks]
-        except ValueError:
-            return failure
-        return replace(failure, ranks=local, coords=[dict(shape.point(r)) for r in local])
+            addr = addrs[shape.global_rank(failure.ranks[0])]
+        except (IndexError, ValueError):
+            return []
+        return list(agent.tail(addr))
 
     def _deliver(self, action: DeliverToOwner) -> None:
         cell = self.rt.cells.get(action.owner_uid)

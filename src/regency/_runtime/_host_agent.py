@@ -270,6 +270,17 @@ class HostAgent:
         else:
             self._resolving.setdefault(rec.addr, []).append(msg["port"])
 
+    def tail(self, addr: str) -> list[str]:
+        """The last lines a live proc printed (``tail_log_lines`` of them), output read so far
+        and what is waiting in its pipes."""
+        rec = self.procs.get(addr)
+        if rec is None:
+            return []
+        for fd, stream in list(zip(rec.pipes, (sys.stdout, sys.stderr))):
+            self._on_output(rec, fd, stream)  # pick up lines still in the pipe
+        n = int(config.get("tail_log_lines"))
+        return list(rec.tail)[-n:] if n else []
+
     # -- output ----------------------------------------------------------------------------
     def _on_output(self, rec: ProcRecord, fd: int, stream: TextIO) -> None:
         try:
