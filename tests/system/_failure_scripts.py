@@ -24,8 +24,10 @@ import textwrap
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 from _scripts import TAG_VAR, kill_tagged, tagged
@@ -324,3 +326,15 @@ def describe(run: Outcome | Controller) -> str:
         return run.text()
     return (f"rc={run.returncode} elapsed={run.elapsed:.2f}s marks={run.marks}\n"
             f"--- stdout ---\n{run.stdout}\n--- stderr ---\n{run.stderr}")
+
+
+def poll(what: Callable[[], Any], timeout: float = 10.0) -> Any:
+    """Call ``what`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = what()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"nothing after {timeout}s from {what}")
+        time.sleep(0.02)

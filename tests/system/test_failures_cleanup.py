@@ -11,12 +11,10 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable
-from typing import Any
 
 import pytest
 from _failure_actors import AsyncVictim, Parent, Victim
-from _failure_scripts import Controller, descendants, kill_tagged, tagged, wait_gone
+from _failure_scripts import Controller, descendants, kill_tagged, poll, tagged, wait_gone
 
 from regency.actor import this_host
 
@@ -24,15 +22,6 @@ T = 20
 ORPHANS_GONE_S = 5.0
 
 
-def poll(what: Callable[[], Any], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = what()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"nothing after {timeout}s from {what}")
-        time.sleep(0.02)
 
 
 @pytest.fixture

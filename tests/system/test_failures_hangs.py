@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from _failure_actors import AsyncVictim, Victim
+from _failure_scripts import poll
 
 from regency.actor import ActorError, SupervisionError, this_host
 from regency.testing import drop_calls
@@ -25,15 +26,6 @@ T = 20
 DETECT_S = 1.0  # callee death -> caller's exception
 
 
-def poll(what: Callable[[], Any], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = what()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"nothing after {timeout}s from {what}")
-        time.sleep(0.02)
 
 
 @pytest.fixture

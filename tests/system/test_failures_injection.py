@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable
-from typing import Any
 
 import pytest
 from _failure_actors import Abort, AsyncVictim, Victim
+from _failure_scripts import poll
 
 from regency.actor import ActorError, SupervisionError, this_host
 from regency.testing import delay_calls, drop_calls, inject_exception, kill_rank
@@ -17,15 +16,6 @@ from regency.testing import delay_calls, drop_calls, inject_exception, kill_rank
 T = 20
 
 
-def poll(what: Callable[[], Any], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = what()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"nothing after {timeout}s from {what}")
-        time.sleep(0.02)
 
 
 @pytest.fixture
