@@ -181,13 +181,6 @@ def test_a_child_dying_mid_call_fails_the_parents_get_and_reaches_the_controller
     assert any("SIGKILL" in c for c in f.chain), f.report()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: the chain of an owner's failure describes its child's proc, not the child actor: "
-    "(1) _supervision/_state.py _on_proc_exited delivers the proc mesh's failure before the "
-    "actor mesh's (registration order of _hosted), so the owner fails citing 'kidprocs' "
-    "(no actor class); (2) _on_supervise_done builds chain from delivery.failure, the record "
-    "before Supervisor._fill (_api/_supervisor.py _deliver) added coordinates and the "
-    "endpoint in flight, so the chain lacks {'kids': 1} and 'endpoint: sleep_marked'"))
 def test_the_controllers_report_of_a_nested_crash_names_the_child_actor(
         host_procs, unhandled_failures, tmp_path) -> None:
     parent = host_procs.spawn("parent2", Parent)

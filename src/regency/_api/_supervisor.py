@@ -63,6 +63,7 @@ class Supervisor:
         self._shapes: dict[str, Shape] = {}  # owned mesh -> its shape, for coordinates
         self._addrs: dict[str, tuple[str, ...]] = {}  # owned mesh -> proc address per rank
         self._exits: dict[str, ProcExited] = {}  # exits waiting for their connections to end
+        self._filled_reports: dict[str, str] = {}  # machine's report -> the one with details
         rt.router.close_hooks.append(self.connection_closed)
 
     def _cause(self, what: str) -> str:
@@ -239,6 +240,8 @@ class Supervisor:
         cell = self.rt.cells.get(action.owner_uid)
         behavior = getattr(cell, "behavior", None)
         failure = self._fill(action.failure)
+        # if the owner does not handle it, its own failure's chain should tell this story
+        self._filled_reports[action.failure.report()] = failure.report()
         if cell is None or behavior is None:
             log.error("regency: the owner %s of a failed mesh is gone:\n%s", action.owner_uid,
                       failure.report())
@@ -282,4 +285,6 @@ class Supervisor:
         behavior = getattr(cell, "behavior", None)
         if cell is None or behavior is None:
             return
-        cell.control(lambda: behavior.fail_with(action.failure))
+        chain = [self._filled_reports.pop(r, r) for r in action.failure.chain]
+        failure = replace(action.failure, chain=chain)
+        cell.control(lambda: behavior.fail_with(failure))
