@@ -175,11 +175,6 @@ def test_the_report_of_an_exception_failure_carries_the_last_lines_too(tmp_path,
                      "| context before the failure 4")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: a proc that dies while running a broadcast (no caller waiting) gets a report "
-    "without the endpoint in flight: the exit status comes from the host agent, and "
-    "Supervisor._fill (_api/_supervisor.py) takes the endpoint only from the owner's "
-    "pending calls; the proc's ActorBehavior.current dies with it"))
 def test_the_report_of_a_crash_during_a_broadcast_names_the_endpoint(tmp_path, reap) -> None:
     run = run_failing(tmp_path, """
         procs, victims = spawn_victims()

@@ -75,6 +75,8 @@ class ActorBehavior:
         self.stop_requested: str | None = None
         self.cleaned = False  # __cleanup__ ran (it runs at most once)
         self.faults: dict[str, dict[str, Any]] = {}  # injected by regency.testing
+        self._status = rt.extra.get("status")  # shared with the host agent: endpoint in flight
+        self._status_names: dict[str, bytes] = {}
 
     # -- construction ------------------------------------------------------------------------
     def setup_context(self) -> None:
@@ -103,6 +105,8 @@ class ActorBehavior:
         name = env[2]
         set_context(MessageContext(self.instance, env[4], self.g))
         self.current = name
+        if self._status is not None:
+            self._say_running(name)
         explicit = False
         try:
             fn, explicit, args, kwargs = self._prepare(name, port, frame)
@@ -120,6 +124,8 @@ class ActorBehavior:
                 self._reply(port, result, name)
         finally:
             self.current = None
+            if self._status is not None:
+                self._status[:1] = b"\0"  # nothing in flight
         if self.failure is not None and not self.cleaned:
             self.cleanup(self.rt.extra.get("failed_exc", {}).get(self.uid))
         return None
@@ -141,6 +147,8 @@ class ActorBehavior:
     async def _run_async(self, env: tuple[Any, ...], frame: list[memoryview],
                          concurrent: bool = False) -> None:
         port, name = env[3], env[2]
+        if self._status is not None:
+            self._say_running(name)
         ctx = MessageContext(self.instance, env[4], self.g)
         ctx.concurrent = concurrent
         set_context(ctx)
@@ -167,6 +175,8 @@ class ActorBehavior:
                 self._reply(port, result, name)
         finally:
             self.current = None
+            if self._status is not None:
+                self._status[:1] = b"\0"  # nothing in flight
         if self.failure is not None and not self.cleaned:
             await self._cleanup_async(self.rt.extra.get("failed_exc", {}).get(self.uid))
 
@@ -184,6 +194,15 @@ class ActorBehavior:
                 port_obj = Port(port[0], port[1], self.g, once=True)
             args = (port_obj, *args)
         return fn, explicit, args, kwargs
+
+    def _say_running(self, name: str) -> None:
+        """Write the endpoint in flight where the host agent reads it if the proc dies."""
+        data = self._status_names.get(name)
+        if data is None:
+            raw = f"{self.class_name}.{name}".encode()[:127]
+            data = self._status_names[name] = raw + b"\0" * (128 - len(raw))
+        assert self._status is not None
+        self._status[:128] = data
 
     def _faulty(self, name: str, fn: Any, slept: bool = False) -> Any:
         """Apply an injected fault to this call: the function to run, or None to drop it."""

@@ -37,7 +37,7 @@ def install_handler() -> None:
 
     def handler(sig: int, frame: FrameType | None) -> Any:
         if _exit_code is not None:
-            if _reporting:
+            if _reporting or not _script_running(frame):
                 return None  # already on the way out; the exit code is applied at exit
             raise SystemExit(_exit_code)
         if callable(previous):
@@ -57,6 +57,16 @@ def install_handler() -> None:
 
     sys.excepthook = excepthook
     _installed = True
+
+
+def _script_running(frame: FrameType | None) -> bool:
+    """Whether the main thread is still running the user's script (not an excepthook or an
+    atexit handler after it ended, where raising would only garble the exit)."""
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__main__":
+            return True
+        frame = frame.f_back
+    return False
 
 
 def fail_fast(report: str, code: int = 1) -> None:

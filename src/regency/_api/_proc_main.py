@@ -33,6 +33,11 @@ def run_proc(spec: dict[str, Any]) -> int:
     rt.extra.update(root=spec["root"], host_agent=host_agent, proc_uid=spec["mesh_uid"],
                     proc_rank=spec["rank"])
     _dispatch.install(rt)
+    for fd in spec.get("extra_fds", [])[:1]:
+        import mmap
+
+        rt.extra["status"] = mmap.mmap(fd, 0)  # where we say which endpoint runs
+        os.close(fd)
     stop = asyncio.Event()
     tasks: set[asyncio.Task[None]] = set()
 

@@ -64,6 +64,7 @@ class Supervisor:
         self._addrs: dict[str, tuple[str, ...]] = {}  # owned mesh -> proc address per rank
         self._exits: dict[str, ProcExited] = {}  # exits waiting for their connections to end
         self._filled_reports: dict[str, str] = {}  # machine's report -> the one with details
+        self._in_flight: dict[str, str] = {}  # dead proc -> endpoint it was running
         rt.router.close_hooks.append(self.connection_closed)
 
     def _cause(self, what: str) -> str:
@@ -93,6 +94,8 @@ class Supervisor:
         to it (the exit status travels another way), so the exit is applied once that
         connection has ended, or after a bound."""
         addr = msg["addr"]
+        if msg.get("endpoint"):
+            self._in_flight[addr] = str(msg["endpoint"]).rsplit(".", 1)[-1]
         event = ProcExited(addr, msg["cause"], bool(msg["expected"]), msg["pid"], msg["host"],
                            tuple(msg["last_lines"]), cause_id=self._cause("exit"))
         if drain and self.rt.router.live_connections(addr):
@@ -222,7 +225,20 @@ class Supervisor:
             failure = replace(failure, ranks=local, coords=[dict(shape.point(r)) for r in local])
         if not failure.last_lines:
             failure = replace(failure, last_lines=self._last_lines(failure, shape))
+        if failure.endpoint is None and failure.actor_class:
+            addr = self._addr_of(failure, shape)
+            if addr in self._in_flight:
+                failure = replace(failure, endpoint=self._in_flight[addr])
         return failure
+
+    def _addr_of(self, failure: MeshFailure, shape: Shape) -> str:
+        addrs = self._addrs.get(failure.mesh_name)
+        if addrs is None or not failure.ranks:
+            return ""
+        try:
+            return addrs[shape.global_rank(failure.ranks[0])]
+        except (IndexError, ValueError):
+            return ""
 
     def _last_lines(self, failure: MeshFailure, shape: Shape) -> list[str]:
         """What the failed proc printed last, when its host agent is this process's."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import mmap
 import os
 import pickle
 import signal
@@ -45,6 +46,7 @@ class ProcRecord:
     ready: bool = False
     killed: bool = False  # we sent it SIGKILL (a stop past its deadline, an orphan, shutdown)
     cgroup: str = ""  # its memory cgroup directory, read once it is up
+    status: mmap.mmap | None = None  # shared page where the proc writes its endpoint in flight
     ooms: int = 0  # that cgroup's OOM-kill count when it came up
     physical: str = ""  # where it listens, for procs known by a logical via: name
     stopping: bool = False
@@ -74,6 +76,30 @@ def describe_status(status: int) -> str:
             name = str(sig)
         return f"killed by signal {name}"
     return f"exited with code {os.WEXITSTATUS(status)}"
+
+
+STATUS_BYTES = 128  # the status page: the endpoint a proc is running, NUL-padded
+
+
+def _status_page(rec: ProcRecord) -> list[int]:
+    """A small shared page the proc writes its endpoint in flight to (read if it dies)."""
+    try:
+        fd = os.memfd_create(f"regency-status-{rec.rank}")
+        os.ftruncate(fd, STATUS_BYTES)
+        rec.status = mmap.mmap(fd, STATUS_BYTES)
+    except (AttributeError, OSError):
+        return []  # no memfd here: reports simply lack the endpoint of a crash
+    return [fd]
+
+
+def in_flight(rec: ProcRecord) -> str | None:
+    """The endpoint the proc was running when it ended, if it said so."""
+    if rec.status is None:
+        return None
+    name = bytes(rec.status[:STATUS_BYTES]).split(b"\0", 1)[0].decode("utf-8", "replace")
+    rec.status.close()
+    rec.status = None
+    return name or None
 
 
 def memory_cgroup(pid: int) -> str:
@@ -216,10 +242,11 @@ class HostAgent:
         self.by_token[self._tokens] = rec
         self.procs[rec.addr] = rec
         rec.pipes = [out_r, err_r]
+        status_fd = _status_page(rec)
         for fd, stream in ((out_r, sys.stdout), (err_r, sys.stderr)):
             os.set_blocking(fd, False)
             self.rt.loop.add_reader(fd, self._on_output, rec, fd, stream)
-        self._outbox.append((data, [out_w, err_w]))
+        self._outbox.append((data, [out_w, err_w, *status_fd]))
         self._flush_outbox()
 
     def _flush_outbox(self) -> None:
@@ -370,7 +397,8 @@ class HostAgent:
         n = int(config.get("tail_log_lines"))
         self.rt.send_sys(rec.owner, "proc_exited", addr=rec.addr, pid=rec.pid, cause=cause,
                          expected=expected, mesh_uid=rec.mesh_uid, rank=rec.rank,
-                         host=self.rt.hostname, last_lines=list(rec.tail)[-n:] if n else [])
+                         host=self.rt.hostname, last_lines=list(rec.tail)[-n:] if n else [],
+                         endpoint=in_flight(rec))
 
     # -- stopping --------------------------------------------------------------------------
     def _on_stop_procs(self, msg: dict[str, Any]) -> None:

@@ -80,8 +80,9 @@ def _child(sock: socket.socket, wake: tuple[int, int], req: dict[str, Any], fds:
             signal.signal(sig, signal.SIG_DFL)
         os.dup2(fds[0], 1)
         os.dup2(fds[1], 2)
-        for fd in fds:
+        for fd in fds[:2]:
             os.close(fd)
+        req["spec"]["extra_fds"] = fds[2:]  # e.g. the status page; the proc owns them now
         set_parent_death_signal()
         os.environ.clear()
         os.environ.update(req["env"])
