@@ -13,6 +13,7 @@ this is equivalent to registering every call, at no cost while nothing goes wron
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 import sys
@@ -65,6 +66,7 @@ class Supervisor:
         self._exits: dict[str, ProcExited] = {}  # exits waiting for their connections to end
         self._filled_reports: dict[str, str] = {}  # machine's report -> the one with details
         self._in_flight: dict[str, str] = {}  # dead proc -> endpoint it was running
+        self._inbox: collections.deque[Event] = collections.deque()  # from other threads
         rt.router.close_hooks.append(self.connection_closed)
 
     def _cause(self, what: str) -> str:
@@ -79,12 +81,25 @@ class Supervisor:
         self._addrs[uid] = addrs
         event = MeshSpawned(uid, owner_uid, kind, name, members,  # type: ignore[arg-type]
                             actor_class, cause_id=self._cause("spawn"))
-        self.rt.call_soon(self.feed, event)
+        self._post(event)
 
     def mesh_stopped(self, uid: str, reason: str) -> None:
         """An owned mesh was stopped on purpose (any thread)."""
-        # calls sent before the stop are registered first: they may still be answered
-        self.rt.call_soon(self.trouble, MeshStopped(uid, reason, cause_id=self._cause("stop")))
+        self._post(MeshStopped(uid, reason, cause_id=self._cause("stop")))
+
+    def _post(self, event: Event) -> None:
+        """Queue an event from any thread. It is applied before any later trouble, whatever
+        order the loop sees the thread hand-off and socket events in (a failure report can
+        be read before the callback that registers its mesh runs)."""
+        self._inbox.append(event)
+        self.rt.call_soon(self._drain_inbox)
+
+    def _drain_inbox(self) -> None:
+        while self._inbox:
+            event = self._inbox.popleft()
+            if isinstance(event, MeshStopped):
+                self._sync_calls()  # calls sent before the stop may still be answered
+            self.feed(event)
 
     def actor_failed(self, uid: str, rank: int, failure: MeshFailure) -> None:
         self.trouble(ActorFailed(uid, rank, failure, cause_id=self._cause("failed")))
@@ -129,6 +144,7 @@ class Supervisor:
 
     def trouble(self, event: Event) -> None:
         """Register pending calls, then feed ``event`` (loop thread)."""
+        self._drain_inbox()
         self._sync_calls()
         self.feed(event)
         if isinstance(event, ProcExited):
