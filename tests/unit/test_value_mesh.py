@@ -71,3 +71,4 @@ def test_wrong_number_of_values() -> None:
 
 def test_repr_shows_extent() -> None:
     assert repr(vm()).startswith("ValueMesh({h: 2, g: 3})")
+

@@ -2,11 +2,42 @@
 
 from __future__ import annotations
 
+import linecache
+import re
+import sys
 from typing import Any
 
 from .._runtime import _messages as m
 from .._runtime._pickling import loads
 from ..errors import ActorError, SupervisionError
+
+_DYNAMIC = re.compile(r'^(\s*)File "<dynamic-code>", line (\d+), in (\S+)$')
+
+
+def with_sources(tb: str) -> str:
+    """Name the script for frames of classes pickled by value from ``__main__``.
+
+    cloudpickle drops their file names (``<dynamic-code>``); the caller's ``__main__`` is
+    where they came from, so its path and source line are put back when they match.
+    """
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if "<dynamic-code>" not in tb or not path:
+        return tb
+    out: list[str] = []
+    for line in tb.splitlines():
+        found = _DYNAMIC.match(line)
+        if found is None:
+            out.append(line)
+            continue
+        indent, number, func = found.groups()
+        source = linecache.getline(path, int(number)).strip()
+        if not source:
+            out.append(line)
+            continue
+        out.append(f'{indent}File "{path}", line {number}, in {func}')
+        out.append(f"{indent}  {source}")
+    return "\n".join(out) + ("\n" if tb.endswith("\n") else "")
 
 
 def decode(frame: list[memoryview]) -> Any:
@@ -20,7 +51,7 @@ def to_exception(status: int, value: Any) -> BaseException:
         exc, type_name, text, tb, label = value
         if exc is None:
             exc = RuntimeError(f"{type_name}: {text}")
-        return ActorError(exc, f"Actor call {label} failed.", tb)
+        return ActorError(exc, f"Actor call {label} failed.", with_sources(tb))
     if status == m.RAW_ERROR:
         return value if isinstance(value, BaseException) else RuntimeError(str(value))
     if status == m.SUPERVISION:

@@ -46,6 +46,7 @@ from .._supervision import (
 )
 from ..errors import MeshFailure, SupervisionError
 from . import _failfast
+from ._replies import with_sources
 from ._supervise import banner, default_unhandled_fault_hook
 
 log = logging.getLogger("regency.supervision")
@@ -230,6 +231,8 @@ class Supervisor:
                         failure.ranks):
                     failure = replace(failure, endpoint=c.endpoint)
                     break
+        if "<dynamic-code>" in failure.traceback:
+            failure = replace(failure, traceback=with_sources(failure.traceback))
         shape = self._shapes.get(failure.mesh_name)
         if shape is None:
             return failure
