@@ -182,6 +182,7 @@ async def stop_cells(rt: Runtime, timeout: float) -> None:
         fut: asyncio.Future[None] = loop.create_future()
         pending.append(fut)
         rt.cells[uid] = Tombstone(rt, uid, "the proc is stopping")
+        stop_owned(rt, uid)  # a mesh never outlives its owner: its meshes stop first
 
         def finish(b: Any = behavior, f: asyncio.Future[None] = fut) -> Any:
             def done() -> None:
