@@ -15,7 +15,7 @@ from ._bootstrap import runtime
 from ._dispatch import supervisor
 from ._endpoint import Endpoint
 from ._future import Future, completed
-from ._mesh_state import _state
+from ._mesh_state import _state, countdown_port
 
 __all__ = ["ActorMesh", "Route"]
 
@@ -156,24 +156,11 @@ class ActorMesh(MeshTrait):
             supervisor(rt).mesh_stopped(self._uid, reason)
         ranks = self._shape_.ranks()
         done = Completion(f"mesh {self._uid} to stop")
-        left = {"n": len(ranks)}
-
-        def ack(env: tuple[Any, ...], frame: list[memoryview]) -> None:
-            left["n"] -= 1
-            if left["n"] <= 0:
-                rt.close_port(port_id)
-                done.set_result(None)
-
-        port_id = rt.open_port(ack)
-        if not ranks:
-            done.set_result(None)
-        for g in ranks:
-            addr = self._proc_addrs[g]
-            if addr in rt.dead_addrs:
-                rt.call_soon(ack, (), [])
-            else:
-                rt.send_sys(addr, "stop_actor", uid=self._uid, reason=reason,
-                            port=(rt.contact, port_id))
+        live = [g for g in ranks if self._proc_addrs[g] not in rt.dead_addrs]
+        port = countdown_port(len(live), done)  # a dead member has nothing to stop
+        for g in live:
+            rt.send_sys(self._proc_addrs[g], "stop_actor", uid=self._uid, reason=reason,
+                        port=port)
         return Future._from(done)
 
     def __reduce__(self) -> tuple[Any, ...]:

@@ -45,16 +45,21 @@ def _qualname(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def _counting_port(st: _MeshState) -> tuple[str, int]:
+def countdown_port(n: int, done: Completion) -> tuple[str, int]:
+    """A reply port that completes ``done`` after ``n`` acknowledgements (at once if 0)."""
     rt = runtime()
+    left = {"n": n}
 
     def ack(env: tuple[Any, ...], frame: list[memoryview]) -> None:
-        st.waiting -= 1
-        if st.waiting <= 0:
+        left["n"] -= 1
+        if left["n"] <= 0:
             rt.close_port(port_id)
-            st.ready.set_result(None)
+            done.set_result(None)
 
     port_id = rt.open_port(ack)
+    if n <= 0:
+        rt.close_port(port_id)
+        done.set_result(None)
     return (rt.contact, port_id)
 
 

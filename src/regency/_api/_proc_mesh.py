@@ -18,7 +18,7 @@ from ._actor_mesh import ActorMesh, _check_spawnable
 from ._bootstrap import runtime
 from ._dispatch import supervisor
 from ._future import Future, completed
-from ._mesh_state import _counting_port, _creator, _owner_uid, _qualname, _state, _token
+from ._mesh_state import _creator, _owner_uid, _qualname, _state, _token, countdown_port
 
 __all__ = ["ProcMesh"]
 
@@ -83,7 +83,7 @@ class ProcMesh(MeshTrait):
         rt = runtime()
         shape = self._shape_
         st = _state(uid, len(shape))
-        ack_port = _counting_port(st)
+        ack_port = countdown_port(len(shape), st.ready)
         rt.extra.setdefault("owned", {})[uid] = _owner_record(uid, Class, shape, self)
         try:
             body = dumps_inband((Class, args, kwargs))
@@ -136,20 +136,9 @@ class ProcMesh(MeshTrait):
         for g in ranks:
             by_agent.setdefault(self._host_agents[g], []).append(self._proc_addrs[g])
         done = Completion(f"proc mesh {self._uid} to stop")
-        left = {"n": len(by_agent)}
-
-        def ack(env: tuple[Any, ...], frame: list[memoryview]) -> None:
-            left["n"] -= 1
-            if left["n"] <= 0:
-                rt.close_port(port_id)
-                done.set_result(None)
-
-        port_id = rt.open_port(ack)
-        if not by_agent:
-            done.set_result(None)
+        port = countdown_port(len(by_agent), done)
         for agent, addrs in by_agent.items():
-            rt.send_sys(agent, "stop_procs", addrs=addrs, reason=reason,
-                        port=(rt.contact, port_id))
+            rt.send_sys(agent, "stop_procs", addrs=addrs, reason=reason, port=port)
         return Future._from(done)
 
     async def logging_option(self, stream_to_client: bool = True,

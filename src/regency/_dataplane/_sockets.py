@@ -11,6 +11,7 @@ import socket
 import time
 
 from .._transport import Address
+from .._transport._endpoints import bind_listening
 from .._wire import ClientHandshake, ServerHandshake
 from ..errors import AuthenticationError
 
@@ -39,15 +40,7 @@ def listen(address: str) -> tuple[socket.socket, str]:
     """A listening socket on ``address`` (tcp port 0: any free port); returns it and its
     bound address."""
     addr = Address.parse(address)
-    sock = _new(addr)
-    if addr.scheme == "tcp":
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((addr.host, addr.port))
-        addr = Address("tcp", addr.host, sock.getsockname()[1])
-    else:
-        sock.bind(addr.host)
-    sock.listen(128)
-    return sock, str(addr)
+    return bind_listening(_new(addr), addr, 128)
 
 
 def handshake(sock: socket.socket, hs: ClientHandshake | ServerHandshake) -> None:

@@ -83,6 +83,19 @@ async def handshake(sock: socket.socket, hs: ClientHandshake | ServerHandshake,
     return hs.unused_data()
 
 
+def bind_listening(sock: socket.socket, addr: Address, backlog: int) -> tuple[socket.socket, str]:
+    """Bind ``sock`` to ``addr`` and listen; returns it with the address actually bound (a tcp
+    port 0 becomes the port the kernel chose)."""
+    if addr.scheme == "tcp":
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((addr.host, addr.port))
+        addr = Address("tcp", addr.host, sock.getsockname()[1])
+    else:
+        sock.bind(addr.host)
+    sock.listen(backlog)
+    return sock, str(addr)
+
+
 class Listener:
     """Accepts connections on one address; hands authenticated sockets to ``on_accepted``."""
 
@@ -100,16 +113,7 @@ class Listener:
     async def start(self, address: str) -> str:
         """Bind and start accepting; returns the bound address."""
         addr = Address.parse(address)
-        sock = _new_socket(addr)
-        if addr.scheme == "tcp":
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((addr.host, addr.port))
-            addr = Address("tcp", addr.host, sock.getsockname()[1])
-        else:
-            sock.bind(addr.host)
-        sock.listen(1024)
-        self.sock = sock
-        self.address = str(addr)
+        self.sock, self.address = bind_listening(_new_socket(addr), addr, 1024)
         self._task = asyncio.get_running_loop().create_task(self._accept_loop())
         return self.address
 
