@@ -34,6 +34,8 @@ _DEFAULTS: dict[str, Any] = {
     "pending_message_timeout": 30.0,
     "max_cast_fanout": 16,
     "socket_buffer_bytes": 4 * 1024 * 1024,
+    "shm_min_bytes": 1024 * 1024,
+    "shm_pool_bytes": 1024 * 1024 * 1024,
     "fail_fast_exit_deadline": 5.0,
     "malloc_reuse": True,
     "heartbeat_interval": 0.5,

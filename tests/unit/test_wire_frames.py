@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import regency._wire as wire
 from regency._wire import PROTOCOL_VERSION, FrameDecoder, ProtocolError, encode_frame
-from regency._wire._frames import LARGE_BUFFER_BYTES
+from regency._wire._frames import LARGE_BUFFER_BYTES, MAX_ATTACHMENT_BYTES
 
 SETTINGS = settings(
     max_examples=25,
@@ -369,3 +369,55 @@ def test_wire_package_imports_no_io():
                 continue
             for name in names:
                 assert name.split(".")[0] in ALLOWED_IMPORTS, f"{path.name} imports {name}"
+
+
+# -- attachments -----------------------------------------------------------------------
+
+@SETTINGS
+@given(shapes=frame_shapes, seed=st.integers(0, 2**32), data=st.data())
+def test_attachments_roundtrip_in_place_under_any_chunking(shapes, seed, data):
+    frames = make_frames(shapes, seed)
+    marks = []
+    stream = b""
+    for frame in frames:
+        small = [i for i in range(1, len(frame)) if len(frame[i]) <= MAX_ATTACHMENT_BYTES]
+        chosen = data.draw(st.lists(st.sampled_from(small), unique=True) if small else st.just([]))
+        marks.append(set(chosen))
+        stream += b"".join(encode_frame(frame, sorted(chosen)))
+    decoder = FrameDecoder(attachments=True)
+    pos = 0
+    while pos < len(stream):
+        step = data.draw(st.integers(1, 70_000))
+        decoder.feed(stream[pos : pos + step])
+        pos += step
+    out = []
+    while (frame := decoder.next_frame()) is not None:
+        out.append(frame)
+    assert len(out) == len(frames)
+    for got, want, marked in zip(out, frames, marks):
+        for i, (buf, raw) in enumerate(zip(got, want)):
+            if i in marked:
+                assert isinstance(buf, wire.Attachment)
+                assert bytes(buf.descriptor) == raw
+            else:
+                assert not isinstance(buf, wire.Attachment)
+                assert bytes(buf) == raw
+
+
+def test_attachment_refused_by_a_decoder_that_cannot_take_one():
+    stream = b"".join(encode_frame([b"head", b"descriptor"], [1]))
+    decoder = FrameDecoder()
+    with pytest.raises(ProtocolError, match="limit"):  # to it, just an impossible length
+        decoder.feed(stream)
+
+
+def test_malformed_attachments_are_protocol_errors():
+    with pytest.raises(ValueError):
+        encode_frame([b"head", b"x"], [0])  # the header cannot be one
+    with pytest.raises(ValueError):
+        encode_frame([b"head", b"x" * 65], [1])  # too long to be a descriptor
+    header = struct.pack("!2sBxI", b"RG", PROTOCOL_VERSION, 2)
+    for lengths in ((4 | wire.ATTACHMENT, 1), (4, 65 | wire.ATTACHMENT)):
+        stream = header + struct.pack("!2Q", *lengths) + b"\0" * 69
+        with pytest.raises(ProtocolError):
+            FrameDecoder(attachments=True).feed(stream)

@@ -21,6 +21,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from .._transport._memaddr import address_of
+
 __all__ = ["Region", "buffer_region", "local_region"]
 
 
@@ -41,34 +43,6 @@ class Region:
             return memoryview(b"")
         mv = memoryview((ctypes.c_char * self.nbytes).from_address(self.address)).cast("B")
         return mv.toreadonly() if self.readonly else mv
-
-
-class _PyBuffer(ctypes.Structure):
-    _fields_ = [("buf", ctypes.c_void_p), ("obj", ctypes.c_void_p),
-                ("len", ctypes.c_ssize_t), ("itemsize", ctypes.c_ssize_t),
-                ("readonly", ctypes.c_int), ("ndim", ctypes.c_int),
-                ("format", ctypes.c_char_p), ("shape", ctypes.c_void_p),
-                ("strides", ctypes.c_void_p), ("suboffsets", ctypes.c_void_p),
-                ("internal", ctypes.c_void_p)]
-
-
-_get_buffer = ctypes.pythonapi.PyObject_GetBuffer
-_get_buffer.argtypes = [ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int]
-_get_buffer.restype = ctypes.c_int
-_release_buffer = ctypes.pythonapi.PyBuffer_Release
-_release_buffer.argtypes = [ctypes.POINTER(_PyBuffer)]
-_release_buffer.restype = None
-
-
-def _address_of(mv: memoryview) -> int:
-    """Start address of a C-contiguous memoryview (read-only ones too)."""
-    pb = _PyBuffer()
-    if _get_buffer(mv, ctypes.byref(pb), 0) != 0:  # PyBUF_SIMPLE: contiguous, raises otherwise
-        raise ValueError("memory is not contiguous")
-    try:
-        return int(pb.buf or 0)
-    finally:
-        _release_buffer(ctypes.byref(pb))
 
 
 def _torch_tensor(obj: Any) -> bool:
@@ -122,7 +96,7 @@ def _bytes_region(obj: Any, what: str, need_1d: bool) -> Region:
                          "use .cast('B') first")
     if not mv.c_contiguous:
         raise ValueError(f"{what}: the memory must be C-contiguous (strides {mv.strides})")
-    addr = _address_of(mv) if mv.nbytes else 0
+    addr = address_of(mv) if mv.nbytes else 0
     kind = type(obj).__name__
     return Region(addr, mv.nbytes, mv.readonly, mv, kind)
 

@@ -45,6 +45,8 @@ class Completion:
             return False
         self._exc = exc
         self._value = value
+        if not isinstance(self.label, str):
+            self.label = ""  # a describer may hold its owner, which holds us: no cycle
         self._lock.release()
         callbacks, self._callbacks = self._callbacks, None
         for cb in callbacks or ():

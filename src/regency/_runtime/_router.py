@@ -27,6 +27,7 @@ from typing import Any
 
 from .. import config
 from .._transport import Address, Connection, Listener, connect
+from .._transport._shm import SegmentPool
 from .._transport._tls import TlsSession, tls_contexts
 from .._version import __version__
 from ..errors import AuthenticationError
@@ -66,6 +67,7 @@ class Router:
         self.peers: dict[str, Peer] = {}
         self.connections: set[Connection] = set()
         self._lock = threading.RLock()
+        self.shm_pool = SegmentPool(int(config.get("shm_pool_bytes")))
         self._on_frame = on_frame
         self._on_peer_lost = on_peer_lost
         self._on_undeliverable = on_undeliverable
@@ -206,7 +208,8 @@ class Router:
                     rest: bytes, tls: TlsSession | None = None) -> Connection:
         assert self.loop is not None
         conn = Connection(sock, self.loop, self._frame, self._closed, peer_identity=identity,
-                          label=label, leftover=rest, allocate=POOL.allocate, tls=tls)
+                          label=label, leftover=rest, allocate=POOL.allocate, tls=tls,
+                          shm_min_bytes=int(config.get("shm_min_bytes")), shm_pool=self.shm_pool)
         self.connections.add(conn)
         return conn
 

@@ -8,11 +8,13 @@ asyncio, sockets or threads, so every part of it is testable with plain byte str
 from __future__ import annotations
 
 from ._errors import HandshakeError, ProtocolError
-from ._frames import PROTOCOL_VERSION, FrameDecoder, encode_frame
+from ._frames import ATTACHMENT, PROTOCOL_VERSION, Attachment, FrameDecoder, encode_frame
 from ._handshake import ClientHandshake, ServerHandshake, new_secret
 
 __all__ = [
+    "ATTACHMENT",
     "PROTOCOL_VERSION",
+    "Attachment",
     "ClientHandshake",
     "FrameDecoder",
     "HandshakeError",

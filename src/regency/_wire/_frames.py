@@ -15,6 +15,12 @@ Byte format (all integers big-endian)::
     8       8*nbufs   length of each buffer in bytes, u64 each
     ...     sum(len)  the buffers' bytes, one after another, no padding
 
+A length with its top bit (:data:`ATTACHMENT`) set marks an *attachment*: its bytes (at most
+:data:`MAX_ATTACHMENT_BYTES`, never buffer 0) are a small descriptor of memory that travels
+beside the stream, such as a shared-memory file descriptor passed over a Unix socket. The
+codec only frames it; a decoder made with ``attachments=True`` hands it out wrapped in
+:class:`Attachment` for the transport to resolve, and any other decoder refuses it.
+
 The first ``8 + 8 * nbufs`` bytes are the *prefix*. :func:`encode_frame` returns the
 prefix as one ``bytes`` object followed by the caller's buffers, ready for
 ``transport.writelines``. :class:`FrameDecoder` turns a byte stream back into frames, either
@@ -34,16 +40,24 @@ from typing import TypeAlias
 from ._errors import ProtocolError
 
 __all__ = [
+    "ATTACHMENT",
     "LARGE_BUFFER_BYTES",
+    "MAX_ATTACHMENT_BYTES",
     "MAGIC",
     "PROTOCOL_VERSION",
     "SCRATCH_BYTES",
+    "Attachment",
     "FrameDecoder",
     "encode_frame",
 ]
 
 MAGIC = b"RG"
 PROTOCOL_VERSION = 1
+
+#: Flag in a buffer's length: the buffer is an attachment descriptor.
+ATTACHMENT = 1 << 63
+#: The largest attachment descriptor a decoder accepts.
+MAX_ATTACHMENT_BYTES = 64
 
 #: A buffer at least this big is received into its own destination, not via the scratch.
 LARGE_BUFFER_BYTES = 64 * 1024
@@ -79,13 +93,28 @@ def _byte_view(buf: BufferLike) -> memoryview:
     return memoryview(view.tobytes(order="A"))
 
 
-def encode_frame(buffers: Sequence[BufferLike]) -> list[bytes | memoryview]:
+class Attachment:
+    """A frame buffer that is the descriptor of memory passed beside the stream."""
+
+    __slots__ = ("descriptor",)
+
+    def __init__(self, descriptor: memoryview) -> None:
+        self.descriptor = descriptor
+
+    def __repr__(self) -> str:
+        return f"Attachment({bytes(self.descriptor)!r})"
+
+
+def encode_frame(
+    buffers: Sequence[BufferLike], attached: Sequence[int] = ()
+) -> list[bytes | memoryview]:
     """Encode *buffers* as one frame, without copying them.
 
     Returns ``[prefix, buf0, buf1, ...]``: ``prefix`` is a single ``bytes`` object holding
     the magic, the buffer count and every length; ``bytes`` buffers are returned as they
     are and every other buffer as a flat byte ``memoryview`` over the caller's memory. The
-    caller must not modify the buffers until they are written.
+    caller must not modify the buffers until they are written. The buffers whose indexes
+    are in ``attached`` are marked as attachment descriptors.
     """
     nbufs = len(buffers)
     if nbufs == 0:
@@ -100,6 +129,10 @@ def encode_frame(buffers: Sequence[BufferLike]) -> list[bytes | memoryview]:
             view = _byte_view(buf)
             lengths.append(view.nbytes)
             out.append(view)
+    for i in attached:
+        if i == 0 or lengths[i] > MAX_ATTACHMENT_BYTES:
+            raise ValueError(f"buffer {i} cannot be an attachment (the header, or too long)")
+        lengths[i] |= ATTACHMENT
     packer = _ENCODERS.get(nbufs) or struct.Struct(f"!2sBxI{nbufs}Q")
     out[0] = packer.pack(MAGIC, PROTOCOL_VERSION, nbufs, *lengths)
     return out
@@ -126,10 +159,15 @@ class FrameDecoder:
     :class:`ProtocolError`, and the decoder then stays failed: ``feed``,
     ``get_buffer`` and ``buffer_updated`` raise again, and ``next_frame`` raises once the
     frames completed before the corruption have been handed out.
+
+    With ``attachments=True``, buffers flagged as attachments come out as
+    :class:`Attachment` objects in their place; otherwise a flagged length is an error.
     """
 
     __slots__ = (
         "_allocate",
+        "_attached",
+        "_attachments",
         "_dest",
         "_dest_pos",
         "_end",
@@ -156,6 +194,7 @@ class FrameDecoder:
         max_frame_bytes: int = 1 << 40,
         max_header_bytes: int = 1 << 32,
         allocate: Callable[[int], bytearray] = bytearray,
+        attachments: bool = False,
     ) -> None:
         if not 1 <= max_buffers <= _MAX_NBUFS:
             raise ValueError(f"max_buffers must be in 1..{_MAX_NBUFS}, not {max_buffers}")
@@ -165,6 +204,8 @@ class FrameDecoder:
         self._max_frame_bytes = max_frame_bytes
         self._max_header_bytes = max_header_bytes
         self._allocate = allocate  # for large buffers: lets the caller reuse memory
+        self._attachments = attachments
+        self._attached: tuple[int, ...] = ()  # attachment indexes of the current frame
         self._scratch = bytearray(SCRATCH_BYTES)
         self._scratch_view = memoryview(self._scratch)
         self._start = 0  # first unparsed byte in the scratch
@@ -314,9 +355,10 @@ class FrameDecoder:
             unpacker = _DECODERS.get(nbufs) or struct.Struct(f"!{nbufs}Q")
             lengths = unpacker.unpack_from(buf, start + _PREFIX_BYTES)
             total = sum(lengths)
+            attached: tuple[int, ...] = ()
             if total > self._max_frame_bytes or lengths[0] > self._max_header_bytes:
-                raise self._bad_lengths(lengths, total)
-            if body + total <= end:
+                lengths, attached = self._split_attachments(lengths, total)
+            if body + total <= end and not attached:
                 view = memoryview(buf[body : body + total])
                 if nbufs == 1:
                     append([view])
@@ -330,6 +372,7 @@ class FrameDecoder:
                 start = body + total
                 continue
             self._lengths = lengths
+            self._attached = attached
             self._index = 0
             self._frame = []
             self._in_frame = True
@@ -364,6 +407,10 @@ class FrameDecoder:
                 self._start = start
                 return -1
             i += 1
+        if self._attached:
+            for j in self._attached:
+                frame[j] = Attachment(frame[j])  # type: ignore[call-overload]
+            self._attached = ()
         self._frames.append(frame)
         self._in_frame = False
         return start
@@ -380,6 +427,25 @@ class FrameDecoder:
         dest[:have] = self._scratch_view[start:end]
         self._dest = dest
         self._dest_pos = have
+
+    def _split_attachments(
+        self, lengths: tuple[int, ...], total: int
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The real lengths of a frame over the limits, if attachments explain why.
+
+        Raises the limit's :class:`ProtocolError` otherwise.
+        """
+        attached = tuple(i for i, n in enumerate(lengths) if n & ATTACHMENT)
+        if not attached or not self._attachments:
+            raise self._bad_lengths(lengths, total)
+        plain = tuple(n & ~ATTACHMENT for n in lengths)
+        if attached[0] == 0 or any(plain[i] > MAX_ATTACHMENT_BYTES for i in attached):
+            raise ProtocolError("frame declares a malformed attachment (the header, or "
+                                f"over {MAX_ATTACHMENT_BYTES} bytes)")
+        total = sum(plain)
+        if total > self._max_frame_bytes or plain[0] > self._max_header_bytes:
+            raise self._bad_lengths(plain, total)
+        return plain, attached
 
     def _bad_lengths(self, lengths: tuple[int, ...], total: int) -> ProtocolError:
         """Describe which limit a frame's declared sizes break."""
