@@ -17,6 +17,14 @@ With ``--monarch`` the same measurement also runs under Monarch (``torchmonarch`
 very file with ``DATAPLANE_BENCH_FRAMEWORK=monarch``; its transport is whatever Monarch picks
 (its TCP fallback on machines without ibverbs).
 
+With ``--ray`` it also runs ``benchmarks/dataplane_ray.py`` in a subprocess under
+``.bench-venvs/ray`` (same setup script): Ray has no one-sided buffer, so its columns go
+through the object store on one node (the owner actor returns, or receives, the array; the
+reader copies it into its own).
+Both flags may be combined::
+
+    .venv/bin/python benchmarks/dataplane.py --sizes 64M --transports vm --monarch --ray
+
 It prints a markdown table on stdout (progress on stderr).
 """
 
@@ -38,10 +46,15 @@ import numpy as np
 FRAMEWORK = os.environ.get("DATAPLANE_BENCH_FRAMEWORK", "regency")
 _actor = importlib.import_module(f"{FRAMEWORK}.actor")
 RDMABuffer = importlib.import_module(f"{FRAMEWORK}.rdma").RDMABuffer
-Actor, endpoint, this_host = _actor.Actor, _actor.endpoint, _actor.this_host
+Actor: Any = _actor.Actor  # regency's or Monarch's, chosen at run time
+endpoint, this_host = _actor.endpoint, _actor.this_host
 
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-MONARCH_PYTHON = Path(__file__).resolve().parents[1] / ".bench-venvs/monarch/bin/python"
+VENVS = Path(__file__).resolve().parents[1] / ".bench-venvs"
+MONARCH_PYTHON = VENVS / "monarch/bin/python"
+RAY_PYTHON = VENVS / "ray/bin/python"
+RAY_SCRIPT = Path(__file__).resolve().with_name("dataplane_ray.py")
+Rows = list[tuple[int, int, dict[str, float]]]
 
 
 def new_array(nbytes: int) -> Any:
@@ -108,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--transports", default="vm,unix,tcp")
     ap.add_argument("--runs", type=int, default=None, help="runs per figure (default by size)")
     ap.add_argument("--monarch", action="store_true", help="add Monarch's figures (subprocess)")
+    ap.add_argument("--ray", action="store_true", help="add Ray's figures (subprocess)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     sizes = [parse_size(s) for s in args.sizes.split(",")]
@@ -119,17 +133,16 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps([[n, r, row] for n, r, row in rows]))
         return 0
     if args.monarch:
-        for (_, _, row), (_, _, theirs) in zip(rows, monarch_rows(args.sizes, args.runs)):
-            for op in ("read", "write"):
-                row[f"monarch {op}"] = theirs[f"default {op}"]
-                row[f"monarch {op} %"] = theirs[f"default {op} %"]
+        merge(rows, monarch_rows(args.sizes, args.runs), "monarch")
         transports.append("monarch")
+    if args.ray:
+        merge(rows, ray_rows(sizes, args.runs), "ray")
+        transports.append("ray")
     print(table(rows, transports))
     return 0
 
 
-def run(sizes: list[int], runs: int | None,
-        transports: list[str]) -> list[tuple[int, int, dict[str, float]]]:
+def run(sizes: list[int], runs: int | None, transports: list[str]) -> Rows:
     procs = this_host().spawn_procs(per_host={"procs": 1}, name="dataplane-bench")
     owner = procs.spawn("owner", Owner).slice(procs=0)
     try:
@@ -139,7 +152,15 @@ def run(sizes: list[int], runs: int | None,
         procs.stop().get()
 
 
-def monarch_rows(sizes: str, runs: int | None) -> list[tuple[int, int, dict[str, float]]]:
+def merge(rows: Rows, theirs: Rows, name: str) -> None:
+    """Add a peer's read/write figures (its "default" transport) to ``rows`` as ``name``."""
+    for (_, _, row), (_, _, peer) in zip(rows, theirs):
+        for op in ("read", "write"):
+            row[f"{name} {op}"] = peer[f"default {op}"]
+            row[f"{name} {op} %"] = peer[f"default {op} %"]
+
+
+def monarch_rows(sizes: str, runs: int | None) -> Rows:
     """The same measurement under Monarch, in its own venv."""
     if not MONARCH_PYTHON.exists():
         raise SystemExit(f"no Monarch venv at {MONARCH_PYTHON}: run benchmarks/setup_peers.sh")
@@ -149,7 +170,23 @@ def monarch_rows(sizes: str, runs: int | None) -> list[tuple[int, int, dict[str,
     env = {**os.environ, "DATAPLANE_BENCH_FRAMEWORK": "monarch"}
     print("monarch: running in a subprocess", file=sys.stderr, flush=True)
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
-    return [tuple(r) for r in json.loads(out.strip().splitlines()[-1])]  # type: ignore[misc]
+    return parse_rows(out)
+
+
+def ray_rows(sizes: list[int], runs: int | None) -> Rows:
+    """Ray's nearest equivalent (object store), by ``dataplane_ray.py`` in Ray's venv."""
+    if not RAY_PYTHON.exists():
+        raise SystemExit(f"no Ray venv at {RAY_PYTHON}: run benchmarks/setup_peers.sh ray")
+    cmd = [str(RAY_PYTHON), str(RAY_SCRIPT), "--sizes", ",".join(map(str, sizes)),
+           "--runs", ",".join(str(runs_for(n, runs)) for n in sizes)]
+    print("ray: running in a subprocess", file=sys.stderr, flush=True)
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True).stdout
+    return parse_rows(out)
+
+
+def parse_rows(out: str) -> Rows:
+    """The rows a child prints as JSON on its last stdout line."""
+    return [(int(n), int(r), dict(row)) for n, r, row in json.loads(out.strip().splitlines()[-1])]
 
 
 def measure(owner: Any, n: int, runs: int, transports: list[str]) -> dict[str, float]:
@@ -163,7 +200,7 @@ def measure(owner: Any, n: int, runs: int, transports: list[str]) -> dict[str, f
     dst[:] = 2  # touch every page
     src = np.ones_like(dst)
     buf = owner.make.call_one(n).get()
-    local = dst
+    local: Any = dst
     if FRAMEWORK == "monarch":
         import torch
 
@@ -191,7 +228,7 @@ def measure(owner: Any, n: int, runs: int, transports: list[str]) -> dict[str, f
     return row
 
 
-def table(rows: list[tuple[int, int, dict[str, float]]], transports: list[str]) -> str:
+def table(rows: Rows, transports: list[str]) -> str:
     cols = ["memcpy"] + [f"{t} {d}" for t in transports for d in ("read", "write")]
     head = "| size | runs | " + " | ".join(cols) + " |"
     sep = "|" + "---|" * (len(cols) + 2)
@@ -208,6 +245,10 @@ def table(rows: list[tuple[int, int, dict[str, float]]], transports: list[str]) 
     if "monarch" in transports:
         lines.append("monarch: torchmonarch with the transport it picks here (TCP fallback "
                      "without ibverbs), torch uint8 tensors.")
+    if "ray" in transports:
+        lines.append("ray: no one-sided buffer; through the object store on one node: read = "
+                     "the owner actor returns its array, the reader copies it into its own; "
+                     "write = the owner receives the array and copies it into its own.")
     return "\n".join(lines)
 
 

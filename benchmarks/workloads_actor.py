@@ -19,6 +19,7 @@ import psutil
 
 from benchmarks._actors import AsyncCaller, AsyncPinger, SyncCaller, SyncPinger
 from benchmarks._common import (
+    ECHO_WARMUP,
     MIB,
     Metrics,
     Params,
@@ -140,6 +141,8 @@ def _echo(make: Callable[[int], Any], size_mib: int, p: Params) -> Metrics:
     times = []
     with spawned(1, SyncPinger) as mesh:
         mesh.echo.call_one(make(1024)).get()
+        for _ in range(ECHO_WARMUP):
+            mesh.echo.call_one(payload).get()
         for _ in range(p.echo_iterations(size_mib)):
             t0 = time.perf_counter()
             out = mesh.echo.call_one(payload).get()
@@ -154,8 +157,8 @@ def a2a_echo_numpy_256MiB(p: Params) -> Metrics:
     with ExitStack() as stack:
         a = stack.enter_context(spawned(1, SyncCaller, "caller"))
         b = stack.enter_context(spawned(1, SyncPinger, "target"))
-        times = a.echo_numpy.call_one(b, size, p.echo_iterations(256)).get()
-    return gb_per_s(size, times)
+        times = a.echo_numpy.call_one(b, size, ECHO_WARMUP + p.echo_iterations(256)).get()
+    return gb_per_s(size, times[ECHO_WARMUP:])
 
 
 def _spawn(n: int, p: Params) -> Metrics:

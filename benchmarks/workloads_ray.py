@@ -19,6 +19,7 @@ import psutil
 import ray
 
 from benchmarks._common import (
+    ECHO_WARMUP,
     MIB,
     Metrics,
     Params,
@@ -215,6 +216,8 @@ def _echo(make: Callable[[int], Any], size_mib: int, p: Params) -> Metrics:
     times = []
     with spawned(SyncPinger) as actor:
         ray.get(actor.echo.remote(make(1024)))
+        for _ in range(ECHO_WARMUP):
+            ray.get(actor.echo.remote(payload))
         for _ in range(p.echo_iterations(size_mib)):
             t0 = time.perf_counter()
             out = ray.get(actor.echo.remote(payload))
@@ -229,8 +232,8 @@ def a2a_echo_numpy_256MiB(p: Params) -> Metrics:
     with ExitStack() as stack:
         a = stack.enter_context(spawned(SyncCaller))
         b = stack.enter_context(spawned(SyncPinger))
-        times = ray.get(a.echo_numpy.remote(b, size, p.echo_iterations(256)))
-    return gb_per_s(size, times)
+        times = ray.get(a.echo_numpy.remote(b, size, ECHO_WARMUP + p.echo_iterations(256)))
+    return gb_per_s(size, times[ECHO_WARMUP:])
 
 
 def _spawn(n: int, p: Params) -> Metrics:
