@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 from regency.actor import Actor, endpoint
 
@@ -25,3 +26,13 @@ class Recorder(Actor):
     @endpoint
     def relay_to(self, other: object, i: int) -> None:
         other.note.broadcast(i)  # type: ignore[attr-defined]
+
+
+class LoopHog(Actor):
+    """An async actor whose endpoint holds its proc's event loop (and so its relaying)."""
+
+    @endpoint
+    async def hog(self, seconds: float, started_dir: str) -> None:
+        with open(os.path.join(started_dir, str(os.getpid())), "w"):
+            pass  # tell the test the loop is held from now on
+        time.sleep(seconds)  # deliberately blocking: the loop relays nothing meanwhile

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Iterator
 
 import pytest
-from _tree_actors import Recorder
+from _tree_actors import LoopHog, Recorder
 
 from regency import config
 from regency.actor import ActorMesh, this_host
@@ -71,3 +72,30 @@ def test_order_holds_when_an_actor_is_the_sender(big: ActorMesh) -> None:
         sender.relay_to.call_one(big, 1000 + i).get(timeout=T)
     seen = big.slice(hosts=7, gpus=7).log.call_one().get(timeout=T)[before:]
     assert seen == [1000 + i for i in range(50)]
+
+
+def test_stop_right_after_casts_is_ordered_behind_them(tmp_path) -> None:
+    """A stop travels the same tree as the casts before it, so none of them is refused, even
+    while the relays are slow to forward (their loops held by another actor)."""
+    with config.configured(max_cast_fanout=FANOUT):
+        procs = this_host().spawn_procs(per_host={"hosts": 4, "gpus": 8}, name="stoptree")
+    try:
+        hogs = procs.spawn("hog", LoopHog)
+        hogs.initialized.get(timeout=T)
+        for whole in (False, True):
+            mesh = procs.spawn("tree", Recorder)
+            mesh.initialized.get(timeout=T)
+            target = mesh if whole else mesh.slice(hosts=1)
+            started = tmp_path / str(whole)
+            started.mkdir()
+            hogs.hog.broadcast(1.0, str(started))
+            deadline = time.monotonic() + T
+            while len(list(started.iterdir())) < len(hogs):  # every loop is held now
+                assert time.monotonic() < deadline, "the loop hogs did not start"
+                time.sleep(0.005)  # polling for the files, not waiting a guessed time
+            calls = [target.note.call(i) for i in range(10)]
+            target.stop().get(timeout=T)
+            for c in calls:
+                assert len(c.get(timeout=T)) == len(target)
+    finally:
+        procs.stop().get(timeout=T)

@@ -214,10 +214,19 @@ class Router:
         return conn
 
     def _attach(self, peer: Peer, conn: Connection) -> None:
-        """Make ``conn`` the sending side of ``peer`` and flush its queue (lock held)."""
-        queued, peer.queue = peer.queue, None
-        for frame in queued or ():
-            conn.send_frame(frame)
+        """Make ``conn`` the sending side of ``peer`` and flush its queue (lock held).
+
+        If the connection breaks while flushing, the unsent frames stay queued: losing the
+        connection then marks the peer dead and reports them undeliverable.
+        """
+        queued = peer.queue or []
+        peer.queue = None
+        for i, frame in enumerate(queued):
+            try:
+                conn.send_frame(frame)
+            except ConnectionError:
+                peer.queue = queued[i:]
+                break
         peer.conn = conn
 
     def _frame(self, conn: Connection, frame: list[memoryview]) -> None:

@@ -166,6 +166,9 @@ class Runtime:
                 self.router.send(addr, frame)
             if not tree.is_target(me, env[4]):
                 return
+            if env[2][:4] == "sys:":  # a system message that travelled the tree, in order
+                self._on_sys(env[2][4:], frame)
+                return
         cell = self.cells.get(uid)
         if cell is not None:
             cell.enqueue(env, frame)
