@@ -83,6 +83,7 @@ class Relay:
         self.forwarded = {"a>b": 0, "b>a": 0}
         self.dropped = {"a>b": 0, "b>a": 0}
         self.send_errors = {"a>b": 0, "b>a": 0}
+        self.recv_errors = {"a>b": 0, "b>a": 0}
         self.largest = 0
         self.stopping = False
 
@@ -91,8 +92,8 @@ class Relay:
             "ready": True, "pid": os.getpid(), "final": final, "links": self.names,
             "delay_ms": self.delay * 2000.0, "loss_pct": self.loss * 200.0,
             "forwarded": self.forwarded, "dropped": self.dropped,
-            "send_errors": self.send_errors, "queued": {k: len(q) for k, q in
-                                                       self.queues.items()},
+            "send_errors": self.send_errors, "recv_errors": self.recv_errors,
+            "queued": {k: len(q) for k, q in self.queues.items()},
             "largest_frame": self.largest, "t": time.time()}
         tmp = f"{self.status}.tmp"
         with open(tmp, "w") as f:
@@ -106,6 +107,9 @@ class Relay:
             try:
                 data, addr = sock.recvfrom(BUF)
             except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # ENETDOWN, once, when the link was taken down (a cut): go on
+                self.recv_errors[way] += 1
                 return
             if addr[2] == PACKET_OUTGOING:
                 continue

@@ -16,8 +16,9 @@ Deleting the namespaces deletes every link with them.
   are killed first), even when the test fails;
 * :meth:`TestNet.popen` / :meth:`TestNet.run` run a command inside a node's namespace;
 * :meth:`TestNet.cut` / :meth:`TestNet.restore` take a host's link down and up;
-* :meth:`TestNet.impair` adds delay and loss to a host's link (``tc ... netem`` where the
-  kernel has it; loss falls back to an ``nft`` rule where it does not);
+* :meth:`TestNet.impair` adds delay and loss to a host's link: ``tc ... netem`` where the
+  kernel has it, else a userspace relay (``_delay_relay.py``) put on the link in the bridge
+  namespace, which works on any kernel;
 * :func:`netns_problem` says why namespaces cannot be used here (not root, no ``ip``...),
   for a skip reason; :func:`cleanup_leftovers` removes what aborted runs left.
 """
@@ -25,15 +26,20 @@ Deleting the namespaces deletes every link with them.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 PREFIX = "rgt"
@@ -42,6 +48,8 @@ CONTROLLER_HOST_ID = 200
 _NAME = re.compile(rf"^{PREFIX}-(\d+)-[0-9a-f]+-")
 _problem: list[str | None] = []
 _netem: list[bool] = []
+RELAY = Path(__file__).with_name("_delay_relay.py")
+RELAY_READY_TIMEOUT = 15.0  # seconds for the relay to start (a Python start on a busy box)
 
 
 class NetnsUnavailable(RuntimeError):
@@ -114,13 +122,19 @@ def _delete_namespace(ns: str) -> None:
 
 
 def cleanup_leftovers() -> list[str]:
-    """Delete test namespaces left by runs whose process is gone; returns their names."""
+    """Delete test namespaces (and relay status folders) left by runs whose process is gone;
+    returns their names."""
     gone = []
     for ns in list_namespaces():
         m = _NAME.match(ns)
         if m and not _pid_alive(int(m.group(1))):
-            _delete_namespace(ns)
+            _delete_namespace(ns)  # kills the relays running in it too
             gone.append(ns)
+    for path in Path(tempfile.gettempdir()).glob(f"{PREFIX}-*-relay"):
+        m = _NAME.match(path.name)
+        if m and not _pid_alive(int(m.group(1))):
+            shutil.rmtree(path, ignore_errors=True)
+            gone.append(str(path))
     return gone
 
 
@@ -134,6 +148,7 @@ class Node:
     port: str  # its veth's name on the bridge side (in the bridge namespace)
     is_cut: bool = False
     impaired: dict[str, Any] = field(default_factory=dict)
+    relay: subprocess.Popen[Any] | None = None  # the delay relay on its link, if any
 
 
 class TestNet:
@@ -151,6 +166,7 @@ class TestNet:
         self.controller = Node("ctl", f"{self.run_id}-ctl", f"{subnet}.{CONTROLLER_HOST_ID}",
                                "ctl")
         self.procs: list[subprocess.Popen[Any]] = []
+        self._relay_dir: Path | None = None  # status files of the delay relays
 
     @property
     def nodes(self) -> list[Node]:
@@ -187,6 +203,8 @@ class TestNet:
         for node in self.nodes:
             _delete_namespace(node.ns)
         _delete_namespace(self.bridge_ns)
+        if self._relay_dir is not None:
+            shutil.rmtree(self._relay_dir, ignore_errors=True)
 
     # -- running commands ------------------------------------------------------------------
     def node(self, which: int | str | Node) -> Node:
@@ -210,7 +228,10 @@ class TestNet:
 
         ``ip netns exec`` execs the command, so the Popen's pid is the command's own.
         """
-        proc = subprocess.Popen(self.argv(which, cmd), **kwargs)
+        return self._popen(self.argv(which, cmd), **kwargs)
+
+    def _popen(self, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
+        proc = subprocess.Popen(argv, **kwargs)
         self.procs.append(proc)
         return proc
 
@@ -244,12 +265,14 @@ class TestNet:
                ) -> dict[str, Any]:
         """Delay and drop packets in both directions of a node's link.
 
-        Uses ``netem`` on both ends of the veth where the kernel has it. Without netem, loss
-        is made with an ``nft`` rule in the node's namespace and delay cannot be made: the
-        result says what was applied (``{"delay_ms": ..., "loss_pct": ..., "how": ...}``).
+        ``delay_ms`` is added to the round trip (half each way), ``loss_pct`` is the share of
+        round trips that lose a packet (half each way). Uses ``netem`` on both ends of the veth
+        where the kernel has it; else puts a userspace relay on the link (see
+        :meth:`_start_relay`). Returns what was applied:
+        ``{"delay_ms": ..., "loss_pct": ..., "how": "netem" | "relay"}``.
 
         Raises:
-            NetnsUnavailable: neither way is available for what was asked.
+            NetnsUnavailable: the relay could not be started either.
         """
         node = self.node(which)
         self.clear_impairment(node)
@@ -263,33 +286,108 @@ class TestNet:
             self._tc(node.ns, "eth0", spec)
             node.impaired = {"delay_ms": delay_ms, "loss_pct": loss_pct, "how": "netem"}
             return node.impaired
-        if delay_ms:
-            why = "the kernel has no netem qdisc (CONFIG_NET_SCH_NETEM), so no delay"
-            if not loss_pct:
-                raise NetnsUnavailable(why)
-        if loss_pct:
-            if shutil.which("nft") is None:
-                raise NetnsUnavailable("neither netem nor nft is available to drop packets")
-            per_way = round(loss_pct / 2 * 100)  # per 10 000 packets, each direction
-            rules = (f"table inet {PREFIX}loss {{\n"
-                     f"  chain i {{ type filter hook input priority 0; policy accept;\n"
-                     f"    ip protocol tcp numgen random mod 10000 < {per_way} counter drop; }}\n"
-                     f"  chain o {{ type filter hook output priority 0; policy accept;\n"
-                     f"    ip protocol tcp numgen random mod 10000 < {per_way} counter drop; }}\n"
-                     f"}}\n")
-            res = self.run(node, ["nft", "-f", "-"], input=rules)
-            if res.returncode != 0:
-                raise NetnsUnavailable(f"nft refused the loss rule: {res.stderr.strip()}")
-        node.impaired = {"delay_ms": 0.0, "loss_pct": loss_pct, "how": "nft"}
+        self._start_relay(node, delay_ms, loss_pct)
+        node.impaired = {"delay_ms": delay_ms, "loss_pct": loss_pct, "how": "relay"}
         return node.impaired
 
+    def _relay_links(self, node: Node) -> tuple[str, str]:
+        """The extra veth of a relayed link: (the end in the bridge, the relay's end)."""
+        return f"{node.port}rbr", f"{node.port}rly"  # at most 15 characters: ports are short
+
+    def _relay_status(self, node: Node) -> Path:
+        if self._relay_dir is None:
+            self._relay_dir = Path(tempfile.mkdtemp(prefix=f"{self.run_id}-", suffix="-relay"))
+        return self._relay_dir / f"{node.name}.json"
+
+    def _start_relay(self, node: Node, delay_ms: float, loss_pct: float) -> None:
+        """Put ``_delay_relay.py`` between the node's veth and the bridge.
+
+        In the bridge namespace, a new veth pair is made; the relay forwards frames between
+        ``node.port`` and one end of it; once the relay is ready, ``node.port`` leaves br0 and
+        the pair's other end joins it in its place. Established connections survive the
+        switch (at most a few frames are lost or duplicated).
+        """
+        br = self.bridge_ns
+        to_bridge, to_relay = self._relay_links(node)
+        status = self._relay_status(node)
+        status.unlink(missing_ok=True)
+        try:
+            _ip("-n", br, "link", "add", to_bridge, "type", "veth", "peer", "name", to_relay)
+            for dev in (to_bridge, to_relay):
+                _ip("-n", br, "link", "set", dev, "up")
+            for dev in (node.port, to_relay):
+                _ip("-n", br, "link", "set", dev, "promisc", "on")
+            with open(status.with_suffix(".log"), "wb") as log:
+                node.relay = self._popen(
+                    ["ip", "netns", "exec", br, sys.executable, str(RELAY), "--a", node.port,
+                     "--b", to_relay, "--delay-ms", f"{delay_ms:g}", "--loss-pct",
+                     f"{loss_pct:g}", "--status", str(status)],
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+            deadline = time.monotonic() + RELAY_READY_TIMEOUT
+            while not status.exists():  # the relay creates it once its sockets are bound
+                if node.relay.poll() is not None:
+                    out = status.with_suffix(".log").read_text(errors="replace")
+                    raise NetnsUnavailable(f"the delay relay exited ({node.relay.returncode}):"
+                                           f" {out.strip()[-2000:]}")
+                if time.monotonic() > deadline:
+                    raise NetnsUnavailable(f"the delay relay was not ready within "
+                                           f"{RELAY_READY_TIMEOUT:g}s")
+                time.sleep(0.01)
+            _ip("-n", br, "link", "set", node.port, "nomaster")
+            _ip("-n", br, "link", "set", to_bridge, "master", "br0")
+        except BaseException:
+            self._stop_relay(node)
+            raise
+
+    def _stop_relay(self, node: Node) -> None:
+        """Put ``node.port`` back on the bridge, stop the relay and delete its veth."""
+        br = self.bridge_ns
+        to_bridge, _ = self._relay_links(node)
+        # first out of the bridge, so that the two paths never form a loop
+        _ip("-n", br, "link", "set", to_bridge, "nomaster", check=False)
+        _ip("-n", br, "link", "set", node.port, "master", "br0", check=False)
+        _ip("-n", br, "link", "set", node.port, "promisc", "off", check=False)
+        proc, node.relay = node.relay, None
+        if proc is not None:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=5)
+            with contextlib.suppress(ValueError):
+                self.procs.remove(proc)
+        _ip("-n", br, "link", "del", to_bridge, check=False)  # its peer goes with it
+
+    def relay_status(self, which: int | str | Node, fresh: bool = True) -> dict[str, Any]:
+        """The counters of the relay on a node's link (``{}`` when it has none).
+
+        ``fresh``: wait (up to 2 s) for a status the relay wrote after this call, so that
+        every frame it handled before the call is counted.
+        """
+        node = self.node(which)
+        if node.impaired.get("how") != "relay":
+            return {}
+        path = self._relay_status(node)
+        since = time.time()
+        deadline = time.monotonic() + 2.0
+        while True:
+            doc: dict[str, Any] = json.loads(path.read_text())
+            if (not fresh or doc["t"] >= since or time.monotonic() > deadline
+                    or node.relay is None or node.relay.poll() is not None):
+                return doc
+            time.sleep(0.02)
+
     def dropped(self, which: int | str | Node) -> int:
-        """How many packets the impairment of a node's link has dropped so far."""
+        """How many packets the impairment of a node's link has dropped so far.
+
+        The relay counts frames, which may be offloaded TCP segments of several packets.
+        """
         node = self.node(which)
         how = node.impaired.get("how")
-        if how == "nft":
-            out = self.run(node, ["nft", "list", "table", "inet", f"{PREFIX}loss"]).stdout
-            return sum(int(n) for n in re.findall(r"counter packets (\d+)", out))
+        if how == "relay":
+            return sum(self.relay_status(node)["dropped"].values())
         if how == "netem":
             total = 0
             for ns, dev in ((self.bridge_ns, node.port), (node.ns, "eth0")):
@@ -308,7 +406,7 @@ class TestNet:
             _tc_del(self.bridge_ns, node.port)
             _tc_del(node.ns, "eth0")
         else:
-            self.run(node, ["nft", "delete", "table", "inet", f"{PREFIX}loss"])
+            self._stop_relay(node)
         node.impaired = {}
 
     def _tc(self, ns: str, dev: str, spec: list[str]) -> None:
@@ -340,8 +438,9 @@ def netem_available() -> bool:
 
 
 def loss_available() -> bool:
-    """Whether :meth:`TestNet.impair` can drop packets here."""
-    return netem_available() or shutil.which("nft") is not None
+    """Whether :meth:`TestNet.impair` can delay and drop packets here: with netem, or with
+    the userspace relay, which needs packet sockets (``AF_PACKET``) in the namespaces."""
+    return netns_problem() is None and (netem_available() or hasattr(socket, "AF_PACKET"))
 
 
 @contextlib.contextmanager

@@ -804,21 +804,46 @@ def test_sigkilled_worker_fails_calls_at_once(cluster: Cluster) -> None:
     ctl.ok("stop", timeout=20)
 
 
-@pytest.mark.skipif(not loss_available(), reason="neither netem nor nft can drop packets here")
+@pytest.mark.skipif(not loss_available(), reason="packets cannot be delayed or dropped here")
 def test_delay_and_loss_calls_still_complete(cluster: Cluster) -> None:
     ctl = cluster.controller()
     ctl.ok("attach", workers=cluster.addrs)
     ctl.ok("spawn", gpus=1)
-    applied = cluster.net.impair(0, delay_ms=50, loss_pct=5)
+    delay = 0.050
+    applied = cluster.net.impair(0, delay_ms=delay * 1000, loss_pct=5)
     print("impairment applied:", applied)
     stats = ctl.ok("echo_many", timeout=60, host=0, n=60, size=20000)
-    if applied["delay_ms"]:
-        assert stats["min"] >= applied["delay_ms"] / 1000 * 0.9, stats
     dropped = cluster.net.dropped(0)
     print(f"round trips {stats}; {dropped} packets dropped")
+    assert stats["min"] >= 0.9 * delay, f"the delay was not applied: {stats}"
     assert dropped > 0, "the impairment dropped nothing: the test would prove nothing"
     assert len(ctl.ok("host", host=0, timeout=20)) == 1
     assert not ctl.events or all(e["ev"] != "unhandled" for e in ctl.events), ctl.events
+    cluster.net.clear_impairment(0)
+    ctl.ok("stop")
+
+
+@pytest.mark.skipif(not loss_available(), reason="packets cannot be delayed here")
+def test_long_delay_is_not_a_lost_host(cluster: Cluster) -> None:
+    """400 ms more round trip, well under host_lost_timeout: late heartbeats are not missed
+    ones, so no host is declared lost, a call longer than the timeout completes, and the
+    other hosts answer at their usual speed."""
+    ctl = cluster.controller()
+    ctl.ok("attach", workers=cluster.addrs)
+    ctl.ok("spawn", gpus=1)
+    delay = 0.400
+    print("impairment applied:", cluster.net.impair(0, delay_ms=delay * 1000))
+    stats = ctl.ok("echo_many", timeout=30, host=0, n=4, size=1000)
+    print(f"round trips to the delayed host {stats}")
+    assert stats["min"] >= 0.9 * delay, f"the delay was not applied: {stats}"
+    assert ctl.ok("slow", host=0, secs=LOST + 0.5) == "started"
+    others = ctl.ok("echo_many", timeout=30, host=1, n=10, size=1000)
+    print(f"round trips to another host meanwhile {others}")
+    assert others["p50"] < delay / 2, others
+    done = ctl.event("slow_done", LOST + 10)
+    assert done["ok"], done
+    assert not ctl.events or all(e["ev"] != "unhandled" for e in ctl.events), ctl.events
+    assert "missed its heartbeats" not in cluster.workers[0].text()
     cluster.net.clear_impairment(0)
     ctl.ok("stop")
 
