@@ -114,3 +114,13 @@ def test_a_killed_receiver_takes_its_segments_with_it(unhandled_failures) -> Non
         assert any("SIGKILL" in f.report() for f in unhandled_failures())
     finally:
         procs.stop().get(timeout=T)
+
+
+def test_structured_and_multidimensional_arrays_through_shared_memory(holder) -> None:
+    rec = np.zeros(MiB // 8, dtype=[("a", "<i4"), ("b", "<f4"), ("c", "u1", (8,))])
+    rec["a"] = np.arange(len(rec))
+    grid = np.arange(2 * MiB, dtype=np.float32).reshape(1024, -1)
+    fortran = np.asfortranarray(grid)
+    for a in (rec, grid, fortran):
+        b = holder.echo.call_one(a).get(timeout=T)
+        assert b.dtype == a.dtype and b.shape == a.shape and np.array_equal(a, b)

@@ -39,6 +39,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
+from pickle import PickleBuffer
 from typing import Any
 
 from .._wire import Attachment, FrameDecoder, ProtocolError, encode_frame
@@ -251,11 +252,16 @@ class Connection:
         """Move the frame's large buffers into one shared-memory segment, if any."""
         big = []
         views = []
+        limit = self._shm_min
         for i in range(1, len(buffers)):
-            view = memoryview(buffers[i])
-            if view.nbytes >= self._shm_min and view.c_contiguous:
+            buf = buffers[i]
+            if type(buf) is bytes and len(buf) < limit:
+                continue  # the common case (a small pickle), without making a view
+            view = memoryview(buf)
+            if view.nbytes >= limit and view.c_contiguous:
                 big.append(i)
-                views.append(view if view.format == "B" and view.ndim == 1 else view.cast("B"))
+                views.append(view if view.format == "B" and view.ndim == 1 else
+                             PickleBuffer(view).raw())  # any format, flat bytes
         if not big:
             return buffers, None
         assert self._pool is not None
