@@ -124,3 +124,16 @@ def test_structured_and_multidimensional_arrays_through_shared_memory(holder) ->
     for a in (rec, grid, fortran):
         b = holder.echo.call_one(a).get(timeout=T)
         assert b.dtype == a.dtype and b.shape == a.shape and np.array_equal(a, b)
+
+
+def test_the_first_message_to_fresh_procs_may_carry_shared_memory() -> None:
+    """A new proc's first frame can follow the handshake at once, descriptor and all (the
+    handshake must not read past its end, or the descriptor is lost)."""
+    a = np.arange(4 * MiB, dtype=np.uint8)
+    for i in range(6):
+        procs = this_host().spawn_procs(per_host={"p": 2}, name=f"fresh{i}")
+        try:
+            h = procs.spawn("holder", Holder)
+            assert all(h.shared.call(a).get(timeout=T).values())
+        finally:
+            procs.stop().get(timeout=T)

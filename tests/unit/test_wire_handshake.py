@@ -310,3 +310,29 @@ def test_malformed_ok_fails_the_client():
     client.receive_data(header(4, 1) + b"!")
     assert client.failed
     assert "malformed handshake OK" in str(client.error)
+
+
+def _read_needed(stream: bytearray, side: ClientHandshake | ServerHandshake) -> None:
+    """Feed ``side`` as a transport would that reads ``bytes_needed()`` at a time."""
+    while not (side.done or side.failed):
+        n = side.bytes_needed()
+        assert 1 <= n <= len(stream), "asked for bytes past the end of the message"
+        side.receive_data(bytes(stream[:n]))
+        del stream[:n]
+
+
+@given(trailer=st.binary(min_size=1, max_size=64), identity=st.text(max_size=40))
+def test_reading_only_the_bytes_needed_never_takes_what_follows(trailer, identity):
+    """Reading ``bytes_needed()`` at a time stops exactly where the last message ends, so
+    bytes that follow the handshake (a first frame and the file descriptors sent with it)
+    stay in the socket for the connection, on either side."""
+    client, server = pair(identity=identity or "x")
+    server.receive_data(client.data_to_send())  # HELLO
+    client.receive_data(server.data_to_send())  # CHALLENGE
+    stream = bytearray(client.data_to_send() + trailer)  # PROOF, then whatever follows
+    _read_needed(stream, server)
+    assert server.done and stream == trailer
+    stream = bytearray(server.data_to_send() + trailer)  # OK, then the server's first frame
+    _read_needed(stream, client)
+    assert client.done and stream == trailer
+    assert client.unused_data() == b"" and server.unused_data() == b""

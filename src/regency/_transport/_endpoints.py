@@ -67,7 +67,11 @@ async def handshake(sock: socket.socket, hs: ClientHandshake | ServerHandshake,
         remaining = deadline - loop.time()
         if remaining <= 0:
             raise TimeoutError("handshake took too long")
-        data = await asyncio.wait_for(loop.sock_recv(sock, 4096), remaining)
+        # Exactly what completes the message (TLS reads whole records): bytes after the
+        # handshake, and file descriptors sent with them, stay in the socket for the
+        # connection.
+        size = 4096 if tls is not None else min(hs.bytes_needed(), 4096)
+        data = await asyncio.wait_for(loop.sock_recv(sock, size), remaining)
         if not data:
             raise ConnectionResetError("peer closed the connection during the handshake")
         hs.receive_data(tls.decrypt(data) if tls else data)

@@ -119,6 +119,19 @@ class _Handshake:
         self._unused.clear()
         return out
 
+    def bytes_needed(self) -> int:
+        """How many more bytes complete the message being received (at least 1).
+
+        A transport that reads no more than this never takes bytes that follow the
+        handshake into it (on a Unix socket, the first frame may carry file descriptors,
+        which a plain read of its bytes would discard).
+        """
+        buf = self._inbuf
+        if len(buf) < _HEADER_BYTES:
+            return _HEADER_BYTES - len(buf)
+        _, _, length = _HEADER.unpack_from(buf)
+        return max(1, _HEADER_BYTES + length - len(buf))
+
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         """Process bytes from the peer; never raises for bad input, sets ``.failed``.
 
