@@ -388,6 +388,26 @@ def test_an_uncaught_supervision_error_keeps_its_traceback(tmp_path, reap) -> No
     assert "rank 1" in last and "exited with code 3" in last, describe(run)
 
 
+def test_a_script_that_catches_the_failure_of_its_call_is_still_stopped(tmp_path, reap) -> None:
+    """The blocked get() raises the failure (fail fast lets it, so an uncaught one keeps its
+    traceback); a script that catches it and goes on is interrupted right after."""
+    run = run_failing(tmp_path, """
+        procs, victims = spawn_victims()
+        mark("T0")
+        try:
+            victims.slice(gpus=1).os_exit.call_one(3).get(timeout=20)
+        except SupervisionError:
+            print("CAUGHT", flush=True)
+        time.sleep(30)
+        print("NOT REACHED", flush=True)
+        """)
+    reap.append(run.tag)
+    assert run.returncode == 1, describe(run)
+    assert "CAUGHT" in run.stdout and "NOT REACHED" not in run.stdout, describe(run)
+    assert run.elapsed < 5, describe(run)  # interrupted, not waiting for the hard deadline
+    assert banner_count(run.stderr) == 1, describe(run)
+
+
 def test_a_failure_during_spawn_is_not_lost(tmp_path, reap) -> None:
     run = run_failing(tmp_path, """
         import regency._api._supervisor as supervisor_module

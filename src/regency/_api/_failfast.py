@@ -21,6 +21,9 @@ from .. import config
 _exit_code: int | None = None
 _installed = False
 _reporting = False  # the main thread is printing an uncaught exception: do not interrupt it
+_REDELIVER_S = 0.2
+#: The completion the main thread is blocked on in ``Future.get`` (set and cleared there).
+waiting: Any = None
 
 
 def pending_exit_code() -> int | None:
@@ -39,6 +42,12 @@ def install_handler() -> None:
         if _exit_code is not None:
             if _reporting or not _script_running(frame):
                 return None  # already on the way out; the exit code is applied at exit
+            c = waiting
+            if c is not None and c.done() and c.exception() is not None:
+                # The blocked get() is about to raise the failure itself: let it, so that
+                # its traceback is printed; interrupt again later if the script goes on.
+                _interrupt_later()
+                return None
             raise SystemExit(_exit_code)
         if callable(previous):
             return previous(sig, frame)
@@ -67,6 +76,18 @@ def _script_running(frame: FrameType | None) -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+def _interrupt_later() -> None:
+    main = threading.main_thread()
+
+    def again() -> None:
+        if main.is_alive() and main.ident is not None:
+            signal.pthread_kill(main.ident, signal.SIGINT)
+
+    timer = threading.Timer(_REDELIVER_S, again)
+    timer.daemon = True
+    timer.start()
 
 
 def fail_fast(report: str, code: int = 1) -> None:

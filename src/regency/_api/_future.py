@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
 import warnings
 from collections.abc import Callable, Generator
 from typing import Any, Generic, TypeVar
 
 from .._runtime._completion import Completion
+from . import _failfast
 
 __all__ = ["Future"]
 
@@ -52,7 +54,7 @@ class Future(Generic[R]):
         if not c.done():
             _check_timeout(timeout)
             self._guard_blocking()
-            if not c.wait(timeout):
+            if not _wait(c, timeout):
                 label = c.label() if callable(c.label) else c.label
                 what = f": still waiting for {label}" if label else ""
                 raise TimeoutError(f"no result within {timeout}s{what}")
@@ -134,3 +136,17 @@ def failed(exc: BaseException) -> Future[Any]:
     c = Completion()
     c.set_exception(exc)
     return Future._from(c)
+
+
+_MAIN = threading.main_thread().ident
+
+
+def _wait(c: Completion, timeout: float | None) -> bool:
+    """``c.wait``, telling fail-fast what the main thread is blocked on (see ``_failfast``)."""
+    if threading.get_ident() != _MAIN:
+        return c.wait(timeout)
+    _failfast.waiting = c
+    try:
+        return c.wait(timeout)
+    finally:
+        _failfast.waiting = None
