@@ -129,3 +129,14 @@ def test_bad_descriptors_are_refused(descriptor, needle):
     with pytest.raises(_shm.ShmError, match=needle):
         _shm.resolve([memoryview(descriptor)], lambda: fds.pop() if fds else None,
                      lambda token: None)
+
+
+def test_free_segments_unused_for_a_while_are_trimmed():
+    pool = _shm.SegmentPool(capacity=64 << 20)
+    kept = pool.lend(views(1 << 20), borrower="conn")
+    idle = pool.lend(views(2 << 20), borrower="conn")
+    pool.release([idle.token], "conn")
+    assert pool.trim(idle=3600) == 0  # came back just now
+    assert pool.trim(idle=0) == 2 << 20  # free and idle: dropped
+    assert pool.held_bytes() == 1 << 20  # the lent one stays, whatever its age
+    assert kept.token

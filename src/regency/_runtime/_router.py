@@ -85,6 +85,8 @@ class Router:
         The first call sets ``self.address``, the name we announce to peers (``identity``
         when given: a proc behind a host agent is known by a logical ``via:`` name).
         """
+        if self.loop is None:
+            asyncio.get_running_loop().call_later(_TRIM_EVERY_S, self._trim_pool)
         self.loop = asyncio.get_running_loop()
         if self.tls is None:
             self.tls = tls_contexts()  # the TLS configuration in force when we start listening
@@ -232,6 +234,13 @@ class Router:
     def _frame(self, conn: Connection, frame: list[memoryview]) -> None:
         self._on_frame(frame)
 
+    def _trim_pool(self) -> None:
+        """Give back shared memory nobody has used for a while (loop, every few seconds)."""
+        if self.closing or self.loop is None:
+            return
+        self.shm_pool.trim(_SHM_IDLE_S)
+        self.loop.call_later(_TRIM_EVERY_S, self._trim_pool)
+
     def last_activity(self, host_agent: str) -> float:
         """When bytes last moved on a connection with a host (its agent or procs behind it).
 
@@ -283,6 +292,10 @@ class Router:
         tasks = list(self._tasks) + [t for li in self._listeners for t in li.tasks()]
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+
+
+_TRIM_EVERY_S = 5.0
+_SHM_IDLE_S = 30.0  # a free shared-memory segment unused this long goes back to the kernel
 
 
 def _owned(frame: Frame) -> Frame:

@@ -18,8 +18,10 @@ comes back when the receiver's mapping dies -- its finaliser sends a release for
 (:meth:`Incoming.map`). Until then the sender never writes to it, so a receiver's untouched
 pages never change under it. A segment lent over a connection that closes is dropped, never
 reused: its reader may still hold it. Segments are sealed against shrinking, so a receiver
-can never fault on a truncated file. A buffer larger than the pool's capacity gets a
-one-off segment, sealed against writes too, with token 0 (nothing to give back).
+can never fault on a truncated file. Free segments unused for a while are dropped
+(:meth:`SegmentPool.trim`, run by the router every few seconds). A buffer larger than the
+pool's capacity gets a one-off segment, sealed against writes too, with token 0 (nothing to
+give back).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import mmap
 import os
 import struct
 import threading
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -62,6 +65,7 @@ class _Segment:
     mapping: mmap.mmap
     address: int
     lent: object = None  # the connection it is lent over, or None when free
+    freed_at: float = 0.0  # when it last came back (monotonic)
 
     def __post_init__(self) -> None:
         weakref.finalize(self, os.close, self.fd).atexit = False
@@ -171,6 +175,7 @@ class SegmentPool:
                 segment = self._segments.get(token)
                 if segment is not None and segment.lent is borrower:
                     segment.lent = None
+                    segment.freed_at = time.monotonic()
                     self._segments[token] = self._segments.pop(token)  # most recent last
 
     def forget(self, borrower: object) -> None:
@@ -178,6 +183,16 @@ class SegmentPool:
         with self._lock:
             for token in [t for t, s in self._segments.items() if s.lent is borrower]:
                 self._drop(token)
+
+    def trim(self, idle: float) -> int:
+        """Drop free segments unused for ``idle`` seconds; returns the bytes given back."""
+        cutoff = time.monotonic() - idle
+        with self._lock:
+            before = self._bytes
+            for token in [t for t, s in self._segments.items()
+                          if s.lent is None and s.freed_at <= cutoff]:
+                self._drop(token)
+            return before - self._bytes
 
     def held_bytes(self) -> int:
         """Bytes of shared memory the pool holds (lent or free)."""
