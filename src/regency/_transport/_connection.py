@@ -13,12 +13,13 @@ writer sends what the kernel takes right away; whatever is left (a partial send,
 socket buffer full) is queued, in order, and the loop flushes it with ``add_writer``.
 Frames written under the lock never interleave, so per-sender order is the send order.
 
-Over a Unix socket, buffers of at least ``shm_min_bytes`` go through sealed shared memory
-instead of the stream (:mod:`._shm`): the frame carries small attachment descriptors and the
+Over a Unix socket, buffers of at least ``shm_min_bytes`` go through shared memory instead
+of the stream (:mod:`._shm`): the frame carries small attachment descriptors and the
 segment's file descriptor travels with the frame's first bytes (``SCM_RIGHTS``). Received
 descriptors queue in arrival order; a frame with attachments takes its segments from the
 front of that queue, which is correct because a descriptor arrives no later than the first
-byte it was sent with.
+byte it was sent with (and the handshake never reads past its own messages, so a frame sent
+right behind it keeps its descriptors).
 
 The handshake (``regency._wire``) runs before this object exists: not one payload byte is
 decoded from an unauthenticated peer. A protocol error closes the connection with one log
@@ -391,8 +392,7 @@ class Connection:
                     if sent:
                         pending[0] = head[sent:]
                     break
-                if pending and isinstance(pending[0], (memoryview, _shm.Lent)) and sent == 0 \
-                        and batch:
+                if pending and not isinstance(pending[0], _Flushed) and sent == 0 and batch:
                     return  # the kernel buffer is full again; wait for the next event
             self._writer_armed = False
             self.loop.remove_writer(self._fd)
