@@ -137,3 +137,21 @@ def test_the_first_message_to_fresh_procs_may_carry_shared_memory() -> None:
             assert all(h.shared.call(a).get(timeout=T).values())
         finally:
             procs.stop().get(timeout=T)
+
+
+def test_what_arrived_outlives_its_sender(unhandled_failures) -> None:
+    """A result mapped from a proc's segment stays valid after that proc is killed."""
+    procs = this_host().spawn_procs(per_host={"p": 1}, name="sender")
+    try:
+        h = procs.spawn("holder", Holder)
+        a = np.arange(8 * MiB, dtype=np.uint8)
+        b = h.echo.call_one(a).get(timeout=T)
+        assert is_shared(b)
+        kill_rank(procs, 0)
+        with pytest.raises(SupervisionError):
+            h.echo.call_one(a[:10]).get(timeout=T)
+        assert np.array_equal(a, b)  # the pages live as long as our mapping
+        b[:] = 0  # and are still ours to write
+        assert not b.any()
+    finally:
+        procs.stop().get(timeout=T)
