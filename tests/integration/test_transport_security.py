@@ -227,3 +227,22 @@ def test_plain_client_is_refused_by_a_tls_server(tmp_path: Any) -> None:
         client.router.close()
 
     asyncio.run(main())
+
+
+def test_a_ca_argument_is_refused_rather_than_ignored(tmp_path, monkeypatch) -> None:
+    """Monarch's ``ca=`` must not be silently dropped: TLS comes from the configuration."""
+    from regency import config
+    from regency._runtime._secret import SecretError
+    from regency.actor import attach_to_workers, run_worker_loop_forever
+
+    monkeypatch.delenv("REGENCY_SECRET", raising=False)  # the accepted case stops there
+    monkeypatch.delenv("REGENCY_SECRET_FILE", raising=False)
+
+    ca = tmp_path / "ca.pem"
+    ca.write_text("not used")
+    with pytest.raises(ValueError, match="tls_ca"):
+        attach_to_workers(["tcp://127.0.0.1:9"], ca=str(ca))
+    with pytest.raises(ValueError, match="tls_ca"):
+        run_worker_loop_forever("tcp://127.0.0.1:0", ca=str(ca))
+    with config.configured(tls_ca=str(ca)), pytest.raises(SecretError):
+        run_worker_loop_forever("tcp://127.0.0.1:0", ca=str(ca))  # accepted: it is tls_ca

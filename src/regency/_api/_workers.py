@@ -110,6 +110,7 @@ def run_worker_loop_forever(address: str = "tcp://0.0.0.0:26600",
     is the host name or IP other machines use to reach procs here (default: this machine's
     address on the interface of ``address``, or its hostname).
     """
+    _check_ca(ca, "run_worker_loop_forever")
     secret = require_secret("a worker")
     addr = Address.parse(address)
     if addr.scheme != "tcp":
@@ -164,6 +165,20 @@ def _local_ip_towards(host: str) -> str:
             return "127.0.0.1"
 
 
+def _check_ca(ca: str, where: str) -> None:
+    """Refuse a ``ca`` that would be silently ignored: TLS comes from the configuration."""
+    if ca == "trust_all_connections":
+        return
+    configured = str(config.get("tls_ca") or "")
+    if configured and os.path.realpath(ca) == os.path.realpath(configured):
+        return
+    raise ValueError(
+        f"{where}(ca={ca!r}): regency takes TLS from its configuration, not from this "
+        "argument: set tls_cert, tls_key and tls_ca (or REGENCY_TLS_CERT, REGENCY_TLS_KEY, "
+        "REGENCY_TLS_CA) before the first regency call, with tls_ca naming this file; or "
+        "pass ca='trust_all_connections' (the job secret still authenticates every peer)")
+
+
 def attach_to_workers(workers: list[str], ca: str = "trust_all_connections",
                       name: str | None = None) -> HostMesh:
     """A ``HostMesh`` with a ``hosts`` dimension over the given worker addresses.
@@ -177,6 +192,7 @@ def attach_to_workers(workers: list[str], ca: str = "trust_all_connections",
     """
     if not workers:
         raise ValueError("attach_to_workers needs at least one worker address")
+    _check_ca(ca, "attach_to_workers")
     require_secret("attach_to_workers")
     rt = runtime()
     if rt.secret != require_secret("attach_to_workers"):
