@@ -50,6 +50,11 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
         return asyncio.new_event_loop()
 
 
+#: How long an undeliverable call waits for the cause of its target's death before it is
+#: answered with the transport's error (supervision usually fails the call first).
+UNDELIVERABLE_GRACE = 0.5
+
+
 class Runtime:
     """Routing, ports and actor cells of one process."""
 
@@ -220,7 +225,20 @@ class Runtime:
         env = pickle.loads(flat[0])
         why = self.dead_addrs.get(addr) or f"cannot reach {addr}: {exc}"
         if env[0] == m.CALL and env[3] is not None:
-            self.send_reply(env[3], None, m.SUPERVISION, (f"message undeliverable: {why}", None))
+            port = env[3]
+
+            def answer() -> None:
+                why = self.dead_addrs.get(addr) or f"cannot reach {addr}: {exc}"
+                self.send_reply(port, None, m.SUPERVISION, (f"message undeliverable: {why}", None))
+
+            try:
+                if addr in self.dead_addrs:
+                    answer()
+                else:  # a proc that just died: its cause (say, a signal) is usually ms away
+                    self.loop.call_soon_threadsafe(self.loop.call_later, UNDELIVERABLE_GRACE,
+                                                   answer)
+            except RuntimeError:
+                pass  # the loop is closed: this runtime is shutting down, its calls with it
         elif env[0] == m.SYS:  # a request that waits for an answer gets the error instead
             try:
                 payload = loads(flat[1], flat[2:])
