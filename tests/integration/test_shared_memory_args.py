@@ -155,3 +155,20 @@ def test_what_arrived_outlives_its_sender(unhandled_failures) -> None:
         assert not b.any()
     finally:
         procs.stop().get(timeout=T)
+
+
+def test_many_threads_echoing_large_arrays_at_once_get_their_own_back(holder) -> None:
+    """Pool, write queue and descriptors under contention: every reply is its own request's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def worker(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        for _ in range(8):
+            a = rng.integers(0, 255, size=int(rng.integers(1, 5)) * MiB, dtype=np.uint8)
+            pending = [holder.echo.call_one(a) for _ in range(2)]  # two in flight
+            for f in pending:
+                assert np.array_equal(f.get(timeout=T), a)
+
+    with ThreadPoolExecutor(4) as pool:
+        for f in [pool.submit(worker, s) for s in range(4)]:
+            f.result(timeout=T)
