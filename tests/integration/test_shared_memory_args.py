@@ -79,8 +79,9 @@ def test_segments_are_reused_and_pools_stay_bounded(holder) -> None:
     gc.collect()
     assert controller_pool().held_bytes() <= mine + 16 * MiB  # not 30 more segments
     assert holder.pool_bytes.call_one().get(timeout=T) <= theirs + 16 * MiB
-    assert len(os.listdir("/proc/self/fd")) <= fds + 4
-    assert holder.open_fds.call_one().get(timeout=T) <= actor_fds + 4
+    # a leak would be one or two per echo (60 here); a few new segments cost two each
+    assert len(os.listdir("/proc/self/fd")) <= fds + 8
+    assert holder.open_fds.call_one().get(timeout=T) <= actor_fds + 8
 
 
 def test_torch_tensors_travel_through_shared_memory(holder) -> None:
