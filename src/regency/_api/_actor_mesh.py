@@ -4,19 +4,17 @@
 from __future__ import annotations
 
 import inspect
-import pickle
 from typing import Any
 
 from .. import config
 from .._mesh import MeshTrait, Shape
-from .._runtime import _messages as m
 from .._runtime._completion import Completion
 from .._runtime._pickling import dumps
 from .._runtime._relay import Tree
 from ._actor import Actor, EndpointProperty, NotAnEndpoint, endpoints_of, is_async_actor
 from ._bootstrap import runtime
 from ._dispatch import supervisor
-from ._endpoint import Endpoint, _sender
+from ._endpoint import Endpoint, post_call
 from ._future import Future, completed
 from ._mesh_state import _state, countdown_port
 
@@ -164,10 +162,7 @@ class ActorMesh(MeshTrait):
         route = self._route
         if route.tree is not None:  # down the tree the calls before it took: after them
             data, buffers = dumps({"uid": self._uid, "reason": reason, "port": port})
-            env = pickle.dumps((m.CALL, self._uid, "sys:stop_actor", None, route.cast,
-                                _sender(), route.tree.fanout), 5)
-            for addr in route.current_hops(rt.dead_addrs):
-                rt.post(addr, [env, data, *buffers])
+            post_call(rt, route, self._uid, "sys:stop_actor", None, [data, *buffers])
             return Future._from(done)
         for g in live:
             rt.send_sys(self._proc_addrs[g], "stop_actor", uid=self._uid, reason=reason,

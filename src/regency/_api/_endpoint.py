@@ -121,12 +121,7 @@ class Endpoint(Generic[R]):
             if isinstance(reply, _Collector):
                 reply.close()
             raise
-        fanout = route.tree.fanout if route.tree is not None else 0
-        env = pickle.dumps((m.CALL, mesh._uid, self._name, port, route.cast, _sender(), fanout), 5)
-        frame = [env, data, *buffers]
-        post = rt.post  # written by this thread, in order: a later point call cannot overtake
-        for addr in route.current_hops(rt.dead_addrs) if rt.troubles else route.hops:
-            post(addr, frame)
+        post_call(rt, route, mesh._uid, self._name, port, [data, *buffers])
 
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if self._signature is None:
@@ -187,6 +182,18 @@ def _positional_range(sig: inspect.Signature | None) -> tuple[int, int] | None:
         if p.default is p.empty:
             low = high
     return (low, high)
+
+
+def post_call(rt: Runtime, route: Route, uid: str, name: str, port: tuple[str, int] | None,
+              payload: list[Any]) -> None:
+    """Write one ``CALL`` frame (``payload``: the pickle and its buffers) along ``route``:
+    to its members, or to the first relays of its tree. Written by this thread, in order, so
+    a later call cannot overtake it."""
+    fanout = route.tree.fanout if route.tree is not None else 0
+    env = pickle.dumps((m.CALL, uid, name, port, route.cast, _sender(), fanout), 5)
+    frame = [env, *payload]
+    for addr in route.current_hops(rt.dead_addrs) if rt.troubles else route.hops:
+        rt.post(addr, frame)
 
 
 def _sender() -> str:

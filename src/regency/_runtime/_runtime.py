@@ -223,13 +223,16 @@ class Runtime:
     def _on_undeliverable(self, addr: str, frame: Frame, exc: BaseException) -> None:
         flat = _flat(frame)
         env = pickle.loads(flat[0])
-        why = self.dead_addrs.get(addr) or f"cannot reach {addr}: {exc}"
+
+        def why() -> str:  # the cause of the peer's death, once supervision knows it
+            return self.dead_addrs.get(addr) or f"cannot reach {addr}: {exc}"
+
         if env[0] == m.CALL and env[3] is not None:
             port = env[3]
 
             def answer() -> None:
-                why = self.dead_addrs.get(addr) or f"cannot reach {addr}: {exc}"
-                self.send_reply(port, None, m.SUPERVISION, (f"message undeliverable: {why}", None))
+                self.send_reply(port, None, m.SUPERVISION,
+                                (f"message undeliverable: {why()}", None))
 
             try:
                 if addr in self.dead_addrs:
@@ -249,7 +252,7 @@ class Runtime:
                 from ..errors import TransportError
 
                 self.send_reply(port, None, m.RAW_ERROR,
-                                TransportError(f"{env[1]} to {addr} undeliverable: {why}"))
+                                TransportError(f"{env[1]} to {addr} undeliverable: {why()}"))
 
     def mark_dead(self, addr: str, why: str) -> None:
         """Record that the runtime at ``addr`` is gone (e.g. its proc exited)."""
