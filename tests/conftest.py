@@ -111,6 +111,17 @@ class FailureLog:
     def __call__(self) -> list:
         return list(UNHANDLED[self.start:])
 
+    def wait_for(self, text: str, timeout: float = 10.0) -> list:
+        """The failures so far, once one of their reports contains ``text`` (a failure and
+        the report of its cause may come by different paths, in either order)."""
+        deadline = time.monotonic() + timeout
+        while not any(text in f.report() for f in self()):
+            if time.monotonic() > deadline:
+                reports = [f.report() for f in self()]
+                raise AssertionError(f"no failure report with {text!r} in {timeout}s: {reports}")
+            time.sleep(0.01)
+        return self()
+
 
 @pytest.fixture
 def unhandled_failures() -> Iterator[FailureLog]:

@@ -38,6 +38,7 @@ _DEFAULTS: dict[str, Any] = {
     "shm_pool_bytes": 1024 * 1024 * 1024,
     "fail_fast_exit_deadline": 5.0,
     "malloc_reuse": True,
+    "borrow_reads": True,
     "heartbeat_interval": 0.5,
     "tls_cert": "",
     "tls_key": "",

@@ -112,7 +112,7 @@ def test_a_killed_receiver_takes_its_segments_with_it(unhandled_failures) -> Non
         with pytest.raises(SupervisionError):
             h.keep.call_one(np.ones(16 * MiB, np.uint8)).get(timeout=T)
         assert controller_pool().held_bytes() <= before
-        assert any("SIGKILL" in f.report() for f in unhandled_failures())
+        unhandled_failures.wait_for("SIGKILL")
     finally:
         procs.stop().get(timeout=T)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import traceback
+from collections.abc import Callable
 from dataclasses import replace
 from functools import cached_property
 from typing import Any
@@ -75,6 +76,7 @@ class ActorBehavior:
         self.stop_requested: str | None = None
         self.cleaned = False  # __cleanup__ ran (it runs at most once)
         self.faults: dict[str, dict[str, Any]] = {}  # injected by regency.testing
+        self.before_reply: Callable[[], None] | None = None  # set by a sync actor's cell
         self._status = rt.extra.get("status")  # shared with the host agent: endpoint in flight
         self._status_names: dict[str, bytes] = {}
 
@@ -121,6 +123,8 @@ class ActorBehavior:
             self._on_fatal(exc, name, port)
         else:
             if port is not None and not explicit:
+                if self.before_reply is not None:
+                    self.before_reply()
                 self._reply(port, result, name)
         finally:
             self.current = None

@@ -64,7 +64,8 @@ def _spawn_actor(rt: Runtime, msg: dict[str, Any]) -> None:
     if behavior.is_async:
         cell = AsyncCell(behavior.uid, behavior, rt.loop, behavior.setup_context, rt.on_loop)
     else:
-        cell = SyncCell(behavior.uid, behavior, behavior.setup_context)
+        cell = SyncCell(behavior.uid, behavior, behavior.setup_context, rt)
+        behavior.before_reply = cell.before_reply
     ack = msg["ack"]
     cell.control(lambda: behavior.init(ack))
     rt.add_cell(behavior.uid, cell)

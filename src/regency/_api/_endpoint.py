@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .._mesh import Shape
 from .._runtime import _messages as m
+from .._runtime._borrow import ReplyReader
 from .._runtime._completion import Completion
 from .._runtime._pickling import describe_unpicklable, dumps_call
 from .._runtime._runtime import Runtime
@@ -258,6 +259,8 @@ class _Gather(_Collector):
         super().__init__(rt, route, label, uid, endpoint)
         self.values: dict[int, Any] = {}
         self.completion = Completion(self.pending_text)
+        if route.tree is None and len(route.addrs) == 1:  # one proc answers: read it here
+            self.completion.reader = ReplyReader(rt, route.addrs[0], self.port_id)
 
     def value(self, rank: int | None, value: Any) -> None:
         assert rank is not None

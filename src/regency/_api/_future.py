@@ -50,9 +50,10 @@ class Future(Generic[R]):
                 is not consumed: a later ``get()`` can still return the result.
             ValueError: ``timeout`` is negative or not finite.
         """
+        if timeout is not None:
+            _check_timeout(timeout)
         c = self._completion
         if not c.done():
-            _check_timeout(timeout)
             self._guard_blocking()
             if not _wait(c, timeout):
                 label = c.label() if callable(c.label) else c.label

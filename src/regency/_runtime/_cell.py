@@ -5,7 +5,10 @@ message (a coroutine for async actors) and control callables (init, stop) placed
 mailbox, so ``__init__`` runs before any message and ``__cleanup__`` after all earlier ones.
 
 * Sync actors get a thread of their own, so a blocking ``.get()`` inside an endpoint is legal:
-  the loop that must deliver its reply is elsewhere.
+  the loop that must deliver its reply is elsewhere. While its mailbox is empty, the thread
+  reads the connection its last message came on itself (:meth:`Connection.read_here`) and
+  runs the calls for it it finds there without a hop through the loop; anything else it
+  reads goes back to the loop, in order.
 * Async actors run as one task on the proc's loop; ``await`` inside an endpoint does not let
   the next message in (``@concurrent_endpoint`` bodies are spawned as tasks by the behavior).
 """
@@ -13,11 +16,16 @@ mailbox, so ``__init__`` runs before any message and ``__cleanup__`` after all e
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
+import pickle
 import queue
 import threading
 from collections.abc import Callable
 from typing import Any, Protocol
+
+from .._transport._poller import Waker
+from . import _messages as m
 
 log = logging.getLogger("regency.cell")
 
@@ -31,31 +39,110 @@ class Behavior(Protocol):
 
 
 class SyncCell:
-    """A sync actor: a dedicated thread drains a FIFO queue."""
+    """A sync actor: a dedicated thread drains a FIFO queue.
 
-    def __init__(self, uid: str, behavior: Behavior, context_setup: Callable[[], None]) -> None:
+    Given the ``runtime``, the thread also reads, while idle, the connection its last message
+    came on (when that connection can be borrowed): calls for this actor found there run next,
+    in arrival order, without a hop through the loop thread. A frame is taken only when the
+    mailbox is empty (checked once the loop can no longer read that connection), so what
+    the loop queued from it earlier always runs first.
+    """
+
+    def __init__(self, uid: str, behavior: Behavior, context_setup: Callable[[], None],
+                 runtime: Any = None) -> None:
         self.uid = uid
         self.behavior = behavior
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._setup = context_setup
+        self._rt = runtime  # where messages come from: read their connection while idle
+        self._source: Any = None  # the connection of the last message
+        self._mine: collections.deque[Any] = collections.deque()  # read here, to run next
+        self._paused: Any = None  # the source, paused by ``before_reply``
+        self._waker = Waker() if runtime is not None and runtime.router.poller else None
         self.thread = threading.Thread(target=self._run, name=f"regency-actor-{uid}", daemon=True)
         self.thread.start()
 
     def enqueue(self, env: tuple[Any, ...], frame: list[memoryview]) -> None:
         """Queue a message (any thread)."""
         self._queue.put((env, frame))
+        waker = self._waker
+        if waker is not None:
+            source = self._rt.router.reading
+            if source is not None and source.borrowable:
+                self._source = source
+            if waker.armed:
+                waker.wake()
 
     def control(self, fn: Callable[[], Any]) -> None:
         """Queue ``fn()`` to run on the actor's thread after earlier messages."""
-        self._queue.put((None, fn))
+        self._put((None, fn))
 
     def close(self) -> None:
         """Let the thread end after the queued items."""
-        self._queue.put(_STOP)
+        self._put(_STOP)
+
+    def _put(self, item: Any) -> None:
+        self._queue.put(item)
+        waker = self._waker
+        if waker is not None and waker.armed:
+            waker.wake()
+
+    def _next(self) -> Any:
+        """The next item: read here first, then the mailbox; while both are empty, read the
+        connection the last message came on."""
+        mine = self._mine
+        while not mine:
+            source = self._source
+            if source is None or not self._queue.empty():
+                self._unpause()
+                return self._queue.get()
+            self._read_idle(source)
+        self._unpause()
+        return mine.popleft()
+
+    def before_reply(self) -> None:
+        """About to answer a call (actor thread): if the next thing this thread does is
+        read the source, pause it now, so that the next call cannot reach the loop first."""
+        source = self._source
+        if (source is not None and not self._mine and self._queue.empty()
+                and source.pause_reads()):
+            self._paused = source
+
+    def _unpause(self) -> None:
+        paused = self._paused
+        if paused is not None:
+            self._paused = None
+            paused.resume_reads()
+
+    def _read_idle(self, source: Any) -> None:
+        waker = self._waker
+        assert waker is not None
+        paused = self._paused is source
+        self._paused = None
+        waker.armed = True
+        try:
+            borrowed = source.read_here(self._take, waker, None, self._has_mail, paused)
+        finally:
+            waker.armed = False
+        if not borrowed and self._source is source:
+            self._source = None  # closed, or not ours to read: the mailbox it is
+
+    def _has_mail(self) -> bool:
+        return not self._queue.empty()
+
+    def _take(self, frame: list[memoryview]) -> bool:
+        """Whether a frame read here is a call for this actor, kept to run next."""
+        env = pickle.loads(frame[0])
+        if env[0] != m.CALL or env[1] != self.uid or env[6]:
+            return False
+        if self._rt.cells.get(self.uid) is not self:
+            return False  # stopped: its tombstone answers, on the loop
+        self._mine.append((env, frame))
+        return True
 
     def _run(self) -> None:
         self._setup()
-        get = self._queue.get
+        get = self._queue.get if self._waker is None else self._next
         handle = self.behavior.handle
         while True:
             item = get()

@@ -13,12 +13,16 @@ from collections.abc import Callable
 from typing import Any
 
 _PENDING = object()
+_FINISH = threading.Lock()  # finishing is check-then-set: two threads may race to finish
+
+#: ``reader(completion, timeout) -> done``: waits by reading the reply's connection itself
+Reader = Callable[["Completion", "float | None"], bool]
 
 
 class Completion:
     """Write-once cell holding a value or an exception."""
 
-    __slots__ = ("_callbacks", "_exc", "_lock", "_value", "label")
+    __slots__ = ("_callbacks", "_exc", "_lock", "_value", "label", "reader", "waker")
 
     def __init__(self, label: str | Callable[[], str] = "") -> None:
         self._lock = threading.Lock()
@@ -27,6 +31,8 @@ class Completion:
         self._exc: BaseException | None = None
         self._callbacks: list[Callable[[Completion], None]] | None = None
         self.label = label  # what is pending, for timeout messages
+        self.reader: Reader | None = None  # a faster way to wait, where there is one
+        self.waker: Any = None  # woken when done: a thread waiting through ``reader``
 
     def done(self) -> bool:
         """Whether a value or an exception is set."""
@@ -41,13 +47,18 @@ class Completion:
         return self._finish(None, exc)
 
     def _finish(self, value: Any, exc: BaseException | None) -> bool:
-        if self._value is not _PENDING:
-            return False
-        self._exc = exc
-        self._value = value
+        with _FINISH:
+            if self._value is not _PENDING:
+                return False
+            self._exc = exc
+            self._value = value
         if not isinstance(self.label, str):
             self.label = ""  # a describer may hold its owner, which holds us: no cycle
+        self.reader = None
         self._lock.release()
+        waker = self.waker
+        if waker is not None:
+            waker.wake()
         callbacks, self._callbacks = self._callbacks, None
         for cb in callbacks or ():
             cb(self)
@@ -57,6 +68,13 @@ class Completion:
         """Block until done (or ``timeout`` seconds); returns whether it is done."""
         if self._value is not _PENDING:
             return True
+        reader = self.reader
+        if reader is not None:
+            return reader(self, timeout)
+        return self.wait_plain(timeout)
+
+    def wait_plain(self, timeout: float | None = None) -> bool:
+        """``wait`` on the lock only (the loop thread completes us)."""
         ok = self._lock.acquire(timeout=-1 if timeout is None else max(timeout, 0.0))
         if ok:
             self._lock.release()

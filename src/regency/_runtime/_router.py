@@ -27,6 +27,7 @@ from typing import Any
 
 from .. import config
 from .._transport import Address, Connection, Listener, connect
+from .._transport._poller import Poller
 from .._transport._shm import SegmentPool
 from .._transport._tls import TlsSession, tls_contexts
 from .._version import __version__
@@ -78,6 +79,9 @@ class Router:
         self.tls: tuple[ssl.SSLContext, ssl.SSLContext] | None = None  # (server, client)
         self.close_hooks: list[Callable[[str], None]] = []  # any connection closed: its peer
         self.closing = False
+        self.poller: Poller | None = None  # plain connections are read through it
+        self.reading: Connection | None = None  # the connection of the frame being handled
+        self._inbound: dict[str, Connection] = {}  # per peer: where its frames last came in
 
     async def listen(self, address: str, identity: str | None = None) -> str:
         """Accept connections on ``address``; returns the bound address.
@@ -88,6 +92,8 @@ class Router:
         if self.loop is None:
             asyncio.get_running_loop().call_later(_TRIM_EVERY_S, self._trim_pool)
         self.loop = asyncio.get_running_loop()
+        if self.poller is None and config.get("borrow_reads"):
+            self.poller = Poller(self.loop)
         if self.tls is None:
             self.tls = tls_contexts()  # the TLS configuration in force when we start listening
         listener = Listener(self.secret, VERSION, self._accepted,
@@ -211,7 +217,8 @@ class Router:
         assert self.loop is not None
         conn = Connection(sock, self.loop, self._frame, self._closed, peer_identity=identity,
                           label=label, leftover=rest, allocate=POOL.allocate, tls=tls,
-                          shm_min_bytes=int(config.get("shm_min_bytes")), shm_pool=self.shm_pool)
+                          shm_min_bytes=int(config.get("shm_min_bytes")), shm_pool=self.shm_pool,
+                          poller=self.poller)
         self.connections.add(conn)
         return conn
 
@@ -232,7 +239,17 @@ class Router:
         peer.conn = conn
 
     def _frame(self, conn: Connection, frame: list[memoryview]) -> None:
-        self._on_frame(frame)
+        self.reading = conn
+        self._inbound[conn.label] = conn
+        try:
+            self._on_frame(frame)
+        finally:
+            self.reading = None
+
+    def inbound(self, addr: str) -> Connection | None:
+        """The open connection on which frames from ``addr`` last arrived, if any."""
+        conn = self._inbound.get(addr)
+        return conn if conn is not None and not conn.closed else None
 
     def _trim_pool(self) -> None:
         """Give back shared memory nobody has used for a while (loop, every few seconds)."""
@@ -257,6 +274,8 @@ class Router:
 
     def _closed(self, conn: Connection, exc: BaseException | None) -> None:
         self.connections.discard(conn)
+        if self._inbound.get(conn.label) is conn:
+            del self._inbound[conn.label]
         for hook in self.close_hooks:
             hook(conn.label)
         lost = exc or ConnectionResetError("connection closed")
@@ -285,6 +304,8 @@ class Router:
             task.cancel()
         for conn in list(self.connections):
             conn.close()
+        if self.poller is not None:
+            self.poller.close()
 
     async def aclose(self) -> None:
         """``close()``, then wait for the cancelled connection attempts to finish."""

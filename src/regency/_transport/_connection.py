@@ -8,7 +8,11 @@ of the prefix and the uncopied buffers) so a blocking caller does not pay a thre
 the loop to send; (2) reads go straight into the frame decoder's buffers (``recv_into``),
 so large out-of-band buffers land in their final ``bytearray`` with no extra copy.
 
-Reading happens only on the loop (``add_reader``). Writing: if nothing is queued, the
+Reading happens on the loop (``add_reader``, or through a :class:`Poller` for plain
+connections), except that a thread blocked on a reply may *borrow* a polled connection
+(``read_here``): it pauses the loop's reading, reads under the read lock itself, keeps the
+frames it was waiting for and hands the rest back to the loop in order (see ``_poller``).
+Writing: if nothing is queued, the
 writer sends what the kernel takes right away; whatever is left (a partial send, or the
 socket buffer full) is queued, in order, and the loop flushes it with ``add_writer``.
 Frames written under the lock never interleave, so per-sender order is the send order.
@@ -45,6 +49,7 @@ from typing import Any
 
 from .._wire import Attachment, FrameDecoder, ProtocolError, encode_frame
 from . import _shm
+from ._poller import Poller, Waker
 from ._tls import TlsSession
 
 log = logging.getLogger("regency.transport")
@@ -74,6 +79,7 @@ class Connection:
         tls: TlsSession | None = None,
         shm_min_bytes: int = 0,
         shm_pool: _shm.SegmentPool | None = None,
+        poller: Poller | None = None,
     ) -> None:
         self.sock = sock
         self.loop = loop
@@ -99,49 +105,91 @@ class Connection:
         self._loop_thread = threading.get_ident()  # connections are made on the loop thread
         self._tls = tls
         self.last_activity = time.monotonic()  # bytes moved either way: the peer is alive
+        self._poller = poller if tls is None else None
+        self._rlock = threading.RLock()  # held while reading: by the loop or a borrower
+        self._handback: collections.deque[list[memoryview]] = collections.deque()
+        self._borrowers: list[Waker] = []  # threads waiting to read it themselves
+        self._ending = False  # a borrower saw it end; the loop closes it
+        self.taken = 0  # frames borrowers took (statistics)
+
+    def fileno(self) -> int:
+        """The socket's file descriptor."""
+        return self._fd
 
     def start(self) -> None:
         """Begin reading (loop thread)."""
-        self.loop.add_reader(self._fd, self._on_readable)
+        if self._poller is not None:
+            self._poller.add(self)
+        else:
+            self.loop.add_reader(self._fd, self._on_readable)
         if self._leftover:
             data, self._leftover = self._leftover, b""
             try:
                 self._decoder.feed(data)
-                self._drain()
+                end = self._drain(self._deliver)
             except ProtocolError as exc:
-                self._fail(exc)
+                end = (True, exc)
+            if end is not None:
+                self._end(end)
 
     # -- reading (loop thread) -------------------------------------------------------------
     def _on_readable(self) -> None:
         if self._tls is not None:
             self._on_readable_tls()
             return
+        if not self._rlock.acquire(False):
+            return  # a borrowing thread reads it now, and resumes us when it is done
+        try:
+            if self._handback:
+                self._give_back()
+            end = self._read(self._deliver)
+        finally:
+            self._rlock.release()
+        if end is not None:
+            self._end(end)
+
+    def _deliver(self, frame: list[memoryview]) -> None:
+        self._on_frame(self, frame)
+
+    def _end(self, end: tuple[bool, BaseException | None]) -> None:
+        failed, exc = end
+        if failed:
+            assert exc is not None
+            self._fail(exc)
+        else:
+            self._lost(exc)
+
+    def _read(self, sink: Callable[[list[memoryview]], None],
+              reads: int = _READS_PER_EVENT) -> tuple[bool, BaseException | None] | None:
+        """Read what is there and pass each whole frame to ``sink`` (read lock held).
+
+        Returns how the connection ended, if it did: ``(failed, exc)``, for the loop to act on.
+        """
         decoder = self._decoder
         recv_into = self._recv_unix if self._unix else self.sock.recv_into
-        for _ in range(_READS_PER_EVENT):
+        for _ in range(reads):
             try:
                 view = decoder.get_buffer(-1)
                 n = recv_into(view)
             except (BlockingIOError, InterruptedError):
                 break
             except ProtocolError as exc:
-                self._fail(exc)
-                return
+                return (True, exc)
             except OSError as exc:
-                self._lost(exc)
-                return
+                return (False, exc)
             if n == 0:
-                self._lost(None)
-                return
+                return (False, None)
             self.last_activity = time.monotonic()
             try:
                 decoder.buffer_updated(n)
             except ProtocolError as exc:
-                self._fail(exc)
-                return
-            self._drain()
+                return (True, exc)
+            end = self._drain(sink)
+            if end is not None:
+                return end
             if self.closed or (n < len(view) and n < _SMALL):
                 break  # a short read drained the socket: skip the extra recv and its EAGAIN
+        return None
 
     def _recv_unix(self, view: memoryview) -> int:
         n, ancillary, flags, _ = self.sock.recvmsg_into([view], _ANC_SPACE, _RECV_FLAGS)
@@ -171,48 +219,129 @@ class Connection:
             plain = self._tls.decrypt(data)
             if plain:
                 self._decoder.feed(plain)
-                self._drain()
+                end = self._drain(self._deliver)
+                if end is not None:
+                    self._end(end)
         except (ProtocolError, ssl.SSLError) as exc:
             self._fail(exc)
 
-    def _drain(self) -> None:
+    def _drain(self, sink: Callable[[list[memoryview]], None]
+               ) -> tuple[bool, BaseException | None] | None:
         next_frame = self._decoder.next_frame
-        on_frame = self._on_frame
         unix = self._unix
         while not self.closed:
             frame = next_frame()
             if frame is None:
-                return
+                return None
             if unix:
                 if not frame[0]:
-                    self._control(frame)
+                    if not self._control(frame):
+                        return (True, ProtocolError("malformed connection control frame"))
                     continue
                 if any(type(b) is Attachment for b in frame):
-                    frame = self._resolve(frame)
-                    if frame is None:
-                        return
-            on_frame(self, frame)
+                    try:
+                        frame = self._resolve(frame)
+                    except _shm.ShmError as exc:
+                        return (True, ProtocolError(str(exc)))
+            sink(frame)
+        return None
 
-    def _resolve(self, frame: list[Any]) -> list[memoryview] | None:
+    def _resolve(self, frame: list[Any]) -> list[memoryview]:
         """Replace a frame's attachments by views of the shared memory they name."""
         fdq = self._fdq
-        try:
-            views = iter(_shm.resolve([b.descriptor for b in frame if type(b) is Attachment],
-                                      lambda: fdq.popleft() if fdq else None,
-                                      self._release_hook))
-        except _shm.ShmError as exc:
-            self._fail(ProtocolError(str(exc)))
-            return None
+        views = iter(_shm.resolve([b.descriptor for b in frame if type(b) is Attachment],
+                                  lambda: fdq.popleft() if fdq else None,
+                                  self._release_hook))
         return [next(views) if type(b) is Attachment else b for b in frame]
 
-    def _control(self, frame: list[memoryview]) -> None:
+    def _control(self, frame: list[memoryview]) -> bool:
         """A frame for this connection itself (empty header): segments given back."""
         if len(frame) != 2 or frame[1].nbytes % 8:
-            self._fail(ProtocolError("malformed connection control frame"))
-            return
+            return False
         tokens = struct.unpack(f"!{frame[1].nbytes // 8}Q", frame[1])
         if self._pool is not None:
             self._pool.release(tokens, self)
+        return True
+
+    # -- reading on a borrowing thread -----------------------------------------------------
+    @property
+    def borrowable(self) -> bool:
+        """Whether another thread may read it itself (``read_here``)."""
+        return self._poller is not None and not self.closed and not self._ending
+
+    def pause_reads(self) -> bool:
+        """Stop the loop from reading this connection until ``resume_reads`` (any thread)."""
+        poller = self._poller
+        return poller is not None and not self.closed and poller.pause(self)
+
+    def resume_reads(self) -> None:
+        """Undo ``pause_reads``."""
+        if self._poller is not None:
+            self._poller.resume(self)
+
+    def read_here(self, take: Callable[[list[memoryview]], bool], waker: Waker,
+                  timeout: float | None, ready: Callable[[], bool],
+                  paused: bool = False) -> bool:
+        """Wait for and read this connection on the calling thread, not the loop's.
+
+        Whole frames go to ``take`` in arrival order while it accepts them (returns True);
+        from the first it declines on, the rest go to the loop, in order, as if the loop had
+        read them. ``take`` runs under the read lock: it must only keep frames, never block.
+        Returns after one read, a ``waker.wake()`` or ``timeout`` (the caller loops), and
+        without reading when ``ready()`` is true once the loop cannot read any more (what
+        the loop read before must be handled first). Returns False when this connection
+        cannot be borrowed (TLS, closed, ended, not polled, or called on the loop thread).
+        ``paused``: the caller paused it already (``pause_reads``); it is resumed either way.
+        """
+        poller = self._poller
+        if poller is None or self.closed or self._ending or self._on_loop():
+            if paused:
+                self.resume_reads()
+            return False
+        if not paused and not poller.pause(self):
+            return False
+        self._borrowers.append(waker)
+        try:
+            with self._rlock:  # a read the loop began before the pause ends first
+                if ready() or self.closed:
+                    return True
+            if not waker.wait(self._fd, timeout):
+                return True
+            with self._rlock:
+                if self.closed or ready():  # e.g. frames handed back were delivered since:
+                    return True             # what we would read must come after them
+                end = self._read(_Taker(self, take), 1)
+        finally:
+            self._borrowers.remove(waker)
+            poller.resume(self)
+            if self._handback:
+                self._to_loop(self._give_back_soon)
+        if end is not None:
+            self._ending = True  # from now on, only the loop reads it
+            if end != (False, None):  # an end of stream stays readable: the loop sees it too
+                self._to_loop(self._end, end)
+        return True
+
+    def _to_loop(self, fn: Callable[..., None], *args: Any) -> None:
+        try:
+            self.loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:
+            pass  # the loop is closed: the connection went with it
+
+    def _hand_back(self, frame: list[memoryview]) -> None:
+        """A frame a borrower read but does not take: the loop delivers it, in order."""
+        self._handback.append(frame)  # read_here schedules their delivery when it ends
+
+    def _give_back_soon(self) -> None:
+        # a borrower holds the lock only for moments (never while it waits or runs a handler)
+        with self._rlock:
+            self._give_back()
+
+    def _give_back(self) -> None:
+        """Deliver frames handed back by a borrower (loop thread, read lock held)."""
+        handback = self._handback
+        while handback and not self.closed:
+            self._deliver(handback.popleft())
 
     def _released(self, token: int) -> None:
         """A mapping of a segment the peer lent us died (any thread): give it back."""
@@ -240,7 +369,7 @@ class Connection:
         where waiting is impossible, the unsent part of large buffers is copied instead.
         """
         lent: _shm.Lent | None = None
-        if self._shm_min and len(buffers) > 1:
+        if self._shm_min and len(buffers) > 1 and not self.closed:
             buffers, lent = self._share(buffers)
         try:
             self._send(buffers, lent)
@@ -283,7 +412,10 @@ class Connection:
         """A lent segment that never reached the peer goes back (or, one-off, away)."""
         lent.close()
         if lent.token and self._pool is not None:
-            self._pool.release([lent.token], self)
+            if self.closed:
+                self._pool.forget(self)  # the connection died under the send: nothing reuses it
+            else:
+                self._pool.release([lent.token], self)
 
     def _send(self, buffers: Sequence[Any], lent: _shm.Lent | None) -> None:
         parts = encode_frame(buffers, lent.attached if lent is not None else ())
@@ -411,12 +543,18 @@ class Connection:
         if self.closed:
             return
         self.closed = True
+        for borrower in list(self._borrowers):
+            borrower.wake()  # it must not sit on a socket about to be closed
         try:
-            self.loop.remove_reader(self._fd)
+            if self._poller is not None:
+                self._poller.remove(self)
+            else:
+                self.loop.remove_reader(self._fd)
             self.loop.remove_writer(self._fd)
         except Exception:
             pass
-        self.sock.close()
+        with self._rlock:  # not under a borrower's read: its descriptor must stay ours
+            self.sock.close()
         with self._wlock:
             for item in self._pending:
                 if isinstance(item, _Flushed):
@@ -444,6 +582,24 @@ def _release_hook(ref: weakref.ref[Connection]) -> Callable[[int], None]:
             conn._released(token)
 
     return release
+
+
+class _Taker:
+    """The sink of a borrowed read: frames to ``take`` until it declines one, then back."""
+
+    __slots__ = ("conn", "declined", "take")
+
+    def __init__(self, conn: Connection, take: Callable[[list[memoryview]], bool]) -> None:
+        self.conn = conn
+        self.take = take
+        self.declined = bool(conn._handback)  # frames still to give back go first
+
+    def __call__(self, frame: list[memoryview]) -> None:
+        if not self.declined and self.take(frame):
+            self.conn.taken += 1
+            return
+        self.declined = True
+        self.conn._hand_back(frame)
 
 
 class _Flushed:

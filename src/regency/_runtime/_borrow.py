@@ -1,0 +1,85 @@
+"""Waiting by reading: a thread blocked on a reply reads the reply's connection itself.
+
+The loop thread would otherwise read the reply and then wake the blocked thread: two thread
+wake-ups per round trip where one does (see :mod:`regency._transport._poller`). The blocked
+thread pauses the connection the reply will arrive on, reads it, runs the reply's port
+handler itself, and resumes the connection. Every other frame it happens to read goes back
+to the loop, in order. When the reply comes another way (another connection, or a failure
+found by supervision), the loop completes the result and wakes the thread as before.
+"""
+
+from __future__ import annotations
+
+import pickle
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from .._transport._poller import Waker
+from . import _messages as m
+
+if TYPE_CHECKING:
+    from ._completion import Completion
+    from ._runtime import Runtime
+
+__all__ = ["ReplyReader", "thread_waker"]
+
+_local = threading.local()
+
+
+def thread_waker() -> Waker:
+    """This thread's waker (made on first use; its descriptor closes with the thread)."""
+    waker: Waker | None = getattr(_local, "waker", None)
+    if waker is None:
+        waker = _local.waker = Waker()
+    return waker
+
+
+class ReplyReader:
+    """``Completion.reader`` of a call whose replies all come from one address."""
+
+    __slots__ = ("addr", "port_id", "rt", "taken")
+
+    def __init__(self, rt: Runtime, addr: str, port_id: int) -> None:
+        self.rt = rt
+        self.addr = addr
+        self.port_id = port_id
+        self.taken: list[tuple[tuple[object, ...], list[memoryview]]] = []
+
+    def __call__(self, c: Completion, timeout: float | None) -> bool:
+        rt = self.rt
+        conn = rt.router.inbound(self.addr)
+        if conn is None or rt.on_loop():
+            return c.wait_plain(timeout)
+        waker = thread_waker()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        c.waker = waker
+        try:
+            while not c.done():
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                if not conn.read_here(self._take, waker, left, c.done):
+                    return c.wait_plain(left)
+                self._handle()
+        finally:
+            c.waker = None
+            self._handle()
+        return True
+
+    def _take(self, frame: list[memoryview]) -> bool:
+        env = pickle.loads(frame[0])
+        if env[0] != m.REPLY or env[1] != self.port_id:
+            return False
+        self.taken.append((env, frame))
+        return True
+
+    def _handle(self) -> None:
+        """Run the port's handler on what was taken, once the connection is the loop's again
+        (unpickling a reply may itself wait on that connection)."""
+        taken = self.taken
+        while taken:
+            env, frame = taken.pop(0)
+            handler = self.rt.ports.get(self.port_id)
+            if handler is not None:
+                handler(env, frame)

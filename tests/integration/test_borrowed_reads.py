@@ -1,0 +1,84 @@
+"""Borrowed reads in a running system: a caller blocked in ``get()`` and an idle sync actor
+read their connections themselves (see ``regency._transport._poller``).
+
+What must hold: the fast path is taken for plain round trips; an actor busy in an endpoint
+does not hold up the other actors of its proc; a timed-out ``get()`` keeps its result; and
+with ``borrow_reads`` off, everything works the usual way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from _borrow_actors import Gate
+
+from regency._api._bootstrap import runtime
+from regency.actor import this_host
+from regency.config import configured
+
+pytestmark = pytest.mark.timeout(120)
+T = 20
+
+
+@pytest.fixture(scope="module")
+def gates() -> Iterator[tuple[Any, Any]]:
+    """Two sync actors in one proc."""
+    procs = this_host().spawn_procs(per_host={"p": 1}, name="borrow")
+    try:
+        yield procs.spawn("g1", Gate), procs.spawn("g2", Gate)
+    finally:
+        procs.stop().get(timeout=T)
+
+
+def _taken_here() -> int:
+    return sum(c.taken for c in list(runtime().router.connections))
+
+
+def test_round_trips_are_read_by_the_waiting_threads(gates: tuple[Any, Any]) -> None:
+    g1, _ = gates
+    g1.echo.call_one(0).get(timeout=T)
+    here, there = _taken_here(), g1.taken.call_one().get(timeout=T)
+    assert [g1.echo.call_one(i).get(timeout=T) for i in range(100)] == list(range(100))
+    # most replies were read by this thread, most calls by the actor's own (not all: a
+    # thread that is slow to start waiting finds its message read by the loop already)
+    assert _taken_here() - here >= 50
+    assert g1.taken.call_one().get(timeout=T) - there >= 50
+
+
+def test_a_busy_actor_does_not_hold_up_its_neighbours(gates: tuple[Any, Any]) -> None:
+    g1, g2 = gates
+    waiting = g1.wait.call_one("busy")  # g1's thread read this call itself, then runs it
+    assert g2.open.call_one("busy").get(timeout=T) == "open"
+    assert waiting.get(timeout=T) == "opened"
+
+
+def test_two_actors_of_one_proc_answer_in_turn(gates: tuple[Any, Any]) -> None:
+    g1, g2 = gates
+    for i in range(100):
+        assert g1.echo.call_one(("g1", i)).get(timeout=T) == ("g1", i)
+        assert g2.echo.call_one(("g2", i)).get(timeout=T) == ("g2", i)
+    futures = [(g, i, g.echo.call_one(i)) for i in range(50) for g in (g1, g2)]
+    assert all(f.get(timeout=T) == i for _, i, f in futures)
+
+
+def test_a_timed_out_get_keeps_its_result(gates: tuple[Any, Any]) -> None:
+    g1, g2 = gates
+    waiting = g1.wait.call_one("later")
+    with pytest.raises(TimeoutError, match="g1"):
+        waiting.get(timeout=0.05)
+    g2.open.call_one("later").get(timeout=T)
+    assert waiting.get(timeout=T) == "opened"
+
+
+def test_without_borrowed_reads_calls_go_through_the_loop() -> None:
+    with configured(borrow_reads=False):
+        procs = this_host().spawn_procs(per_host={"p": 1}, name="unborrowed")
+    try:
+        g = procs.spawn("plain", Gate)
+        assert g.polled.call_one().get(timeout=T) is False
+        assert [g.echo.call_one(i).get(timeout=T) for i in range(20)] == list(range(20))
+        assert g.taken.call_one().get(timeout=T) == 0
+    finally:
+        procs.stop().get(timeout=T)

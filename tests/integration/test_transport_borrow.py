@@ -1,0 +1,225 @@
+"""Borrowed reads: a thread other than the loop's reads a connection itself, over a real
+Unix socket pair.
+
+``b`` is read through a :class:`Poller` (as every plain connection of a runtime is); a test
+thread borrows it with :meth:`Connection.read_here`. Frames it takes are its own; from the
+first it declines on, frames go to the loop in order, as if the loop had read them; after the
+borrow the loop reads again; a wake, a timeout, a close or a hang-up each end the wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from regency._transport._connection import Connection
+from regency._transport._poller import Poller, Waker
+
+pytestmark = pytest.mark.timeout(60)
+T = 10.0
+
+
+class Pair:
+    """``a`` writes; ``b`` is polled. ``got`` collects what the loop delivers from ``b``."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        sa, sb = socket.socketpair()
+        for s in (sa, sb):
+            s.setblocking(False)
+        self.got: list[bytes] = []
+        self.closed: list[BaseException | None] = []
+        self.cond = threading.Condition()
+
+        def make() -> tuple[Connection, Connection]:
+            self.poller = Poller(self.loop)
+            a = Connection(sa, self.loop, lambda c, f: None, lambda c, e: None, label="a")
+            b = Connection(sb, self.loop, self._frame, self._close, label="b",
+                           poller=self.poller)
+            a.start()
+            b.start()
+            return a, b
+
+        self.a, self.b = self.call(make)
+
+    def call(self, fn: Any) -> Any:
+        async def run() -> Any:
+            return fn()
+
+        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(T)
+
+    def _frame(self, conn: Connection, frame: list[memoryview]) -> None:
+        with self.cond:
+            self.got.append(b"".join(bytes(b) for b in frame))
+            self.cond.notify_all()
+
+    def _close(self, conn: Connection, exc: BaseException | None) -> None:
+        with self.cond:
+            self.closed.append(exc)
+            self.cond.notify_all()
+
+    def wait(self, predicate: Any) -> None:
+        with self.cond:
+            assert self.cond.wait_for(predicate, timeout=T), "the loop did not get it in time"
+
+    def send(self, *names: bytes) -> None:
+        for name in names:
+            self.a.send_frame([name])
+
+    def close(self) -> None:
+        self.call(lambda: (self.a.close(), self.b.close(), self.poller.close()))
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(T)
+        self.loop.close()
+
+
+@pytest.fixture
+def pair() -> Any:
+    p = Pair()
+    yield p
+    p.close()
+
+
+class Taker:
+    """Takes frames whose header starts with ``prefix``."""
+
+    def __init__(self, prefix: bytes = b"T") -> None:
+        self.prefix = prefix
+        self.taken: list[bytes] = []
+
+    def __call__(self, frame: list[memoryview]) -> bool:
+        data = b"".join(bytes(b) for b in frame)
+        if not data.startswith(self.prefix):
+            return False
+        self.taken.append(data)
+        return True
+
+
+def test_taken_frames_stay_and_the_rest_reach_the_loop_in_order(pair: Pair) -> None:
+    assert pair.b.pause_reads()
+    pair.send(b"T1", b"X1", b"T2", b"X2")
+    take = Taker()
+    assert pair.b.read_here(take, Waker(), T, lambda: False, paused=True)
+    # one read got all four: the first is taken, the rest go back in order, T2 included
+    assert take.taken == [b"T1"]
+    pair.wait(lambda: len(pair.got) == 3)
+    assert pair.got == [b"X1", b"T2", b"X2"]
+
+
+def test_the_loop_reads_again_after_a_borrow(pair: Pair) -> None:
+    take = Taker()
+    started = threading.Event()
+
+    def ready() -> bool:  # asked once the loop can no longer read it
+        started.set()
+        return False
+
+    t = threading.Thread(target=lambda: pair.b.read_here(take, Waker(), T, ready))
+    t.start()
+    assert started.wait(T)
+    pair.send(b"T1")
+    t.join(T)
+    assert take.taken == [b"T1"]
+    pair.send(b"T2", b"X")
+    pair.wait(lambda: len(pair.got) == 2)
+    assert pair.got == [b"T2", b"X"]
+
+
+def test_a_wake_ends_the_wait(pair: Pair) -> None:
+    waker = Waker()
+    result: list[bool] = []
+    t = threading.Thread(target=lambda: result.append(
+        pair.b.read_here(Taker(), waker, None, lambda: False)))
+    t.start()
+    waker.wake()
+    t.join(T)
+    assert result == [True]
+    pair.send(b"X")  # the connection is the loop's again
+    pair.wait(lambda: pair.got == [b"X"])
+
+
+def test_a_timeout_ends_the_wait(pair: Pair) -> None:
+    start = time.monotonic()
+    assert pair.b.read_here(Taker(), Waker(), 0.05, lambda: False)
+    assert 0.04 <= time.monotonic() - start < T
+
+
+def test_ready_already_means_no_read(pair: Pair) -> None:
+    assert pair.b.pause_reads()
+    pair.send(b"T1")
+    take = Taker()
+    assert pair.b.read_here(take, Waker(), T, lambda: True, paused=True)
+    assert take.taken == []
+    pair.wait(lambda: pair.got == [b"T1"])  # still there, and read by the loop
+
+
+def test_closing_wakes_a_borrower_and_ends_borrowing(pair: Pair) -> None:
+    waker = Waker()
+    started = threading.Event()
+    result: list[bool] = []
+
+    def ready() -> bool:
+        started.set()
+        return False
+
+    t = threading.Thread(target=lambda: result.append(
+        pair.b.read_here(Taker(), waker, None, ready)))
+    t.start()
+    assert started.wait(T)
+    pair.call(pair.b.close)
+    t.join(T)
+    assert not t.is_alive() and result == [True]
+    assert pair.b.read_here(Taker(), waker, None, lambda: False) is False
+
+
+def test_a_hang_up_seen_by_a_borrower_reaches_the_loop(pair: Pair) -> None:
+    result: list[bool] = []
+    t = threading.Thread(target=lambda: result.append(
+        pair.b.read_here(Taker(), Waker(), None, lambda: False)))
+    t.start()
+    pair.call(pair.a.close)
+    t.join(T)
+    assert result == [True]
+    pair.wait(lambda: len(pair.closed) == 1)  # the loop closed b, as without a borrower
+    assert pair.b.closed
+    assert pair.b.read_here(Taker(), Waker(), None, lambda: False) is False
+
+
+def test_a_frame_larger_than_one_read_arrives_once(pair: Pair) -> None:
+    big = b"T" + bytes(range(256)) * 8192  # 2 MiB: more than one borrowed read takes
+    assert pair.b.pause_reads()
+    sender = threading.Thread(target=lambda: pair.send(big))
+    sender.start()
+    take = Taker()
+    waker = Waker()
+    deadline = time.monotonic() + T
+    assert pair.b.read_here(take, waker, T, lambda: False, paused=True)
+    while not take.taken and not pair.got and time.monotonic() < deadline:
+        pair.b.read_here(take, waker, 0.1, lambda: False)
+    sender.join(T)
+    pair.wait(lambda: len(take.taken) + len(pair.got) >= 1)
+    assert (take.taken + pair.got) == [big]
+
+
+def test_the_loop_thread_never_borrows(pair: Pair) -> None:
+    assert pair.call(lambda: pair.b.read_here(Taker(), Waker(), 0, lambda: False)) is False
+
+
+def test_a_connection_without_a_poller_is_not_borrowed() -> None:
+    loop = asyncio.new_event_loop()
+    sa, sb = socket.socketpair()
+    conn = Connection(sa, loop, lambda c, f: None, lambda c, e: None, label="plain")
+    try:
+        assert conn.read_here(Taker(), Waker(), 0, lambda: False) is False
+        assert conn.pause_reads() is False
+    finally:
+        sa.close()
+        sb.close()
+        loop.close()
