@@ -27,6 +27,12 @@ class Recorder(Actor):
     def relay_to(self, other: object, i: int) -> None:
         other.note.broadcast(i)  # type: ignore[attr-defined]
 
+    @endpoint
+    def log_of(self, other: object) -> list[int]:
+        """The log of ``other`` (one member), asked by this actor: so it is read after what
+        this actor sent it before (per-sender order), which the controller cannot know."""
+        return other.log.call_one().get(timeout=60)  # type: ignore[attr-defined,no-any-return]
+
 
 class LoopHog(Actor):
     """An async actor whose endpoint holds its proc's event loop (and so its relaying)."""
