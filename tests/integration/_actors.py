@@ -480,6 +480,9 @@ def ordering_plan(n_ranks: int, n_messages: int, seed: int) -> list[tuple[str, A
             plan.append((kind, rng.randrange(n_ranks)))
         else:
             plan.append((kind, None))
+    # a call to every rank last: once its replies are in, every rank has handled all of the
+    # sender's messages, so a check from another sender (the controller) sees them all
+    plan.append(("call", None))
     return plan
 
 
