@@ -39,6 +39,7 @@ _DEFAULTS: dict[str, Any] = {
     "fail_fast_exit_deadline": 5.0,
     "malloc_reuse": True,
     "borrow_reads": True,
+    "borrow_spin": 0.0001,
     "heartbeat_interval": 0.5,
     "tls_cert": "",
     "tls_key": "",

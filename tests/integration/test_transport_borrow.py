@@ -223,3 +223,26 @@ def test_a_connection_without_a_poller_is_not_borrowed() -> None:
         sa.close()
         sb.close()
         loop.close()
+
+
+def test_a_waker_spins_only_while_its_waits_are_short() -> None:
+    r, w = socket.socketpair()
+    waker = Waker()
+    try:
+        assert waker.wait(r.fileno(), 0.02, spin=0.005) is False  # a long wait: 20 ms
+        assert waker._quick is False  # so the next wait sleeps at once
+        w.send(b"x")
+        assert waker.wait(r.fileno(), T, spin=0.005) is True
+        assert waker._quick is True  # it did not wait at all: spin again
+        r.recv(1)
+        sender = threading.Timer(0.001, lambda: w.send(b"y"))
+        sender.start()
+        assert waker.wait(r.fileno(), T, spin=0.5) is True  # arrives while it spins
+        sender.join(T)
+        r.recv(1)
+        waker.wake()
+        assert waker.wait(r.fileno(), T, spin=0.005) is False  # a wake, not the socket
+    finally:
+        r.close()
+        w.close()
+        waker.close()

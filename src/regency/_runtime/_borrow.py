@@ -59,7 +59,7 @@ class ReplyReader:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
-                if not conn.read_here(self._take, waker, left, c.done):
+                if not conn.read_here(self._take, waker, left, c.done, spin=rt.router.spin):
                     return c.wait_plain(left)
                 self._handle()
         finally:

@@ -121,7 +121,8 @@ class SyncCell:
         self._paused = None
         waker.armed = True
         try:
-            borrowed = source.read_here(self._take, waker, None, self._has_mail, paused)
+            borrowed = source.read_here(self._take, waker, None, self._has_mail, paused,
+                                        self._rt.router.spin)
         finally:
             waker.armed = False
         if not borrowed and self._source is source:

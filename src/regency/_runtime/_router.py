@@ -80,6 +80,7 @@ class Router:
         self.close_hooks: list[Callable[[str], None]] = []  # any connection closed: its peer
         self.closing = False
         self.poller: Poller | None = None  # plain connections are read through it
+        self.spin = 0.0  # seconds a thread reading a connection itself polls before sleeping
         self.reading: Connection | None = None  # the connection of the frame being handled
         self._inbound: dict[str, Connection] = {}  # per peer: where its frames last came in
 
@@ -94,6 +95,7 @@ class Router:
         self.loop = asyncio.get_running_loop()
         if self.poller is None and config.get("borrow_reads"):
             self.poller = Poller(self.loop)
+            self.spin = float(config.get("borrow_spin"))
         if self.tls is None:
             self.tls = tls_contexts()  # the TLS configuration in force when we start listening
         listener = Listener(self.secret, VERSION, self._accepted,

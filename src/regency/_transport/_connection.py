@@ -281,7 +281,7 @@ class Connection:
 
     def read_here(self, take: Callable[[list[memoryview]], bool], waker: Waker,
                   timeout: float | None, ready: Callable[[], bool],
-                  paused: bool = False) -> bool:
+                  paused: bool = False, spin: float = 0.0) -> bool:
         """Wait for and read this connection on the calling thread, not the loop's.
 
         Whole frames go to ``take`` in arrival order while it accepts them (returns True);
@@ -292,6 +292,7 @@ class Connection:
         the loop read before must be handled first). Returns False when this connection
         cannot be borrowed (TLS, closed, ended, not polled, or called on the loop thread).
         ``paused``: the caller paused it already (``pause_reads``); it is resumed either way.
+        ``spin``: seconds to poll before sleeping (:meth:`Waker.wait`).
         """
         poller = self._poller
         if poller is None or self.closed or self._ending or self._on_loop():
@@ -305,7 +306,7 @@ class Connection:
             with self._rlock:  # a read the loop began before the pause ends first
                 if ready() or self.closed:
                     return True
-            if not waker.wait(self._fd, timeout):
+            if not waker.wait(self._fd, timeout, spin):
                 return True
             with self._rlock:
                 if self.closed or ready():  # e.g. frames handed back were delivered since:

@@ -24,6 +24,8 @@ from __future__ import annotations
 import asyncio
 import os
 import select
+import time
+from collections.abc import Callable
 from typing import Protocol
 
 __all__ = ["Poller", "Waker"]
@@ -113,10 +115,21 @@ class Poller:
                 conn._on_readable()
 
 
+def _spin(poll: Callable[[int], list[tuple[int, int]]], seconds: float
+          ) -> list[tuple[int, int]]:
+    """Poll without sleeping for up to ``seconds`` (each poll lets other threads run)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        events = poll(0)
+        if events:
+            return events
+    return []
+
+
 class Waker:
     """An ``eventfd`` a borrowing thread polls: ``wake()`` ends its wait (any thread)."""
 
-    __slots__ = ("_poll", "_watched", "armed", "fd")
+    __slots__ = ("_poll", "_quick", "_watched", "armed", "fd")
 
     def __init__(self) -> None:
         self.fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
@@ -124,6 +137,7 @@ class Waker:
         self._poll = select.poll()
         self._poll.register(self.fd, select.POLLIN)
         self._watched = -1
+        self._quick = True  # the last wait ended within the spin: spin again
 
     def wake(self) -> None:
         """End the current (or next) wait."""
@@ -132,16 +146,35 @@ class Waker:
         except OSError:
             pass
 
-    def wait(self, fd: int, timeout: float | None) -> bool:
-        """Wait until ``fd`` is readable (True) or a wake or the timeout (False)."""
+    def wait(self, fd: int, timeout: float | None, spin: float = 0.0) -> bool:
+        """Wait until ``fd`` is readable (True) or a wake or the timeout (False).
+
+        For the first ``spin`` seconds it polls without sleeping: on virtual machines,
+        waking a sleeping thread costs tens of microseconds, more than a quick reply takes.
+        Adaptive: it spins only while the previous wait ended within ``spin`` (a thread
+        whose replies are slow, or that shares few cores with many others, soon sleeps at
+        once).
+        """
         if fd != self._watched:
             if self._watched >= 0:
                 self._poll.unregister(self._watched)
             self._poll.register(fd, select.POLLIN)
             self._watched = fd
-        ms = None if timeout is None else max(0, int(timeout * 1000 + 0.999))
+        poll = self._poll.poll
+        events = poll(0)
+        if events:
+            self._quick = True
+        else:
+            start = time.perf_counter()
+            if spin > 0 and self._quick:
+                events = _spin(poll, spin if timeout is None else min(spin, timeout))
+            if not events:
+                if timeout is not None:
+                    timeout = max(0.0, timeout - (time.perf_counter() - start))
+                events = poll(None if timeout is None else int(timeout * 1000 + 0.999))
+            self._quick = time.perf_counter() - start <= spin
         readable = False
-        for got, _ in self._poll.poll(ms):
+        for got, _ in events:
             if got == self.fd:
                 try:
                     os.eventfd_read(self.fd)
