@@ -254,6 +254,8 @@ class _Collector:
 
 
 class _Gather(_Collector):
+    any_thread = True  # its handler may run on a thread that read the reply itself
+
     def __init__(self, rt: Runtime, route: Route, label: str, uid: str = "",
                  endpoint: str = "") -> None:
         super().__init__(rt, route, label, uid, endpoint)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pickle
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._transport._poller import Waker
 from . import _messages as m
@@ -44,7 +44,7 @@ class ReplyReader:
         self.rt = rt
         self.addr = addr
         self.port_id = port_id
-        self.taken: list[tuple[tuple[object, ...], list[memoryview]]] = []
+        self.taken: list[tuple[tuple[Any, ...], list[memoryview]]] = []
 
     def __call__(self, c: Completion, timeout: float | None) -> bool:
         rt = self.rt
@@ -68,8 +68,13 @@ class ReplyReader:
         return True
 
     def _take(self, frame: list[memoryview]) -> bool:
+        """Replies to this call, and to other calls whose collectors may run on any thread
+        (pipelined calls answered on this connection: no trip through the loop for them)."""
         env = pickle.loads(frame[0])
-        if env[0] != m.REPLY or env[1] != self.port_id:
+        if env[0] != m.REPLY:
+            return False
+        if env[1] != self.port_id and not getattr(self.rt.collectors.get(env[1]), "any_thread",
+                                                  False):
             return False
         self.taken.append((env, frame))
         return True
@@ -80,6 +85,6 @@ class ReplyReader:
         taken = self.taken
         while taken:
             env, frame = taken.pop(0)
-            handler = self.rt.ports.get(self.port_id)
+            handler = self.rt.ports.get(env[1])
             if handler is not None:
                 handler(env, frame)
