@@ -101,3 +101,18 @@ def test_callbacks_run_once_whatever_the_order() -> None:
     c.set_result(None)
     c.add_done_callback(lambda _: seen.append(2))
     assert seen == [1, 2]
+
+
+def test_an_interrupt_waits_for_the_end_of_a_deferred_section() -> None:
+    """The main thread reading a reply off a socket itself must not lose it to Ctrl-C."""
+    import signal
+
+    from regency._api import _failfast
+
+    _failfast.install_handler()
+    reached = []
+    with pytest.raises(KeyboardInterrupt), _failfast.defer_interrupts:
+        signal.raise_signal(signal.SIGINT)
+        reached.append("after the signal, inside")
+    assert reached == ["after the signal, inside"]
+    assert _failfast.defer_interrupts.depth == 0 and not _failfast.defer_interrupts.pending

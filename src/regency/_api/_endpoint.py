@@ -25,6 +25,7 @@ from .._runtime._runtime import Runtime
 from ..errors import SupervisionError
 from ._bootstrap import runtime
 from ._context import _current
+from ._failfast import defer_interrupts
 from ._future import Future
 from ._replies import decode, to_exception
 from ._value_mesh import ValueMesh
@@ -262,7 +263,8 @@ class _Gather(_Collector):
         self.values: dict[int, Any] = {}
         self.completion = Completion(self.pending_text)
         if route.tree is None and len(route.addrs) == 1:  # one proc answers: read it here
-            self.completion.reader = ReplyReader(rt, route.addrs[0], self.port_id)
+            self.completion.reader = ReplyReader(rt, route.addrs[0], self.port_id,
+                                                 defer_interrupts)
 
     def value(self, rank: int | None, value: Any) -> None:
         assert rank is not None

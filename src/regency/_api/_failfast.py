@@ -39,6 +39,9 @@ def install_handler() -> None:
     previous = signal.getsignal(signal.SIGINT)
 
     def handler(sig: int, frame: FrameType | None) -> Any:
+        if defer_interrupts.depth:
+            defer_interrupts.pending = True  # raised again when the section ends
+            return None
         if _exit_code is not None:
             if _reporting or not _script_running(frame):
                 return None  # already on the way out; the exit code is applied at exit
@@ -66,6 +69,38 @@ def install_handler() -> None:
 
     sys.excepthook = excepthook
     _installed = True
+
+
+class _Deferral:
+    """``with defer_interrupts:`` a SIGINT (Ctrl-C, fail fast) waits for the end of the block.
+
+    For the few lines where the main thread reads frames off a socket itself (a blocked
+    ``get()``, see ``regency._runtime._borrow``): an exception there would lose a frame it
+    had read but not yet kept. Blocking in ``poll`` is outside such a block: an interrupt
+    still ends a wait at once. Only the main thread (where signal handlers run) defers.
+    """
+
+    __slots__ = ("depth", "pending")
+
+    def __init__(self) -> None:
+        self.depth = 0  # changed by the main thread only
+        self.pending = False
+
+    def __enter__(self) -> None:
+        if threading.get_ident() == _MAIN_ID:
+            self.depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        if threading.get_ident() != _MAIN_ID:
+            return
+        self.depth -= 1
+        if not self.depth and self.pending:
+            self.pending = False
+            signal.raise_signal(signal.SIGINT)
+
+
+_MAIN_ID = threading.main_thread().ident
+defer_interrupts = _Deferral()
 
 
 def _script_running(frame: FrameType | None) -> bool:

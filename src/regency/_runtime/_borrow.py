@@ -13,6 +13,7 @@ from __future__ import annotations
 import pickle
 import threading
 import time
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from .._transport._poller import Waker
@@ -38,12 +39,14 @@ def thread_waker() -> Waker:
 class ReplyReader:
     """``Completion.reader`` of a call whose replies all come from one address."""
 
-    __slots__ = ("addr", "port_id", "rt", "taken")
+    __slots__ = ("addr", "guard", "port_id", "rt", "taken")
 
-    def __init__(self, rt: Runtime, addr: str, port_id: int) -> None:
+    def __init__(self, rt: Runtime, addr: str, port_id: int,
+                 guard: AbstractContextManager[Any] | None = None) -> None:
         self.rt = rt
         self.addr = addr
         self.port_id = port_id
+        self.guard = guard  # entered while frames are read and handled (see read_here)
         self.taken: list[tuple[tuple[Any, ...], list[memoryview]]] = []
 
     def __call__(self, c: Completion, timeout: float | None) -> bool:
@@ -59,7 +62,8 @@ class ReplyReader:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
-                if not conn.read_here(self._take, waker, left, c.done, spin=rt.router.spin):
+                if not conn.read_here(self._take, waker, left, c.done, spin=rt.router.spin,
+                                      guard=self.guard):
                     return c.wait_plain(left)
                 self._handle()
         finally:
@@ -83,6 +87,15 @@ class ReplyReader:
         """Run the port's handler on what was taken, once the connection is the loop's again
         (unpickling a reply may itself wait on that connection)."""
         taken = self.taken
+        if not taken:
+            return
+        if self.guard is None:
+            self._run_handlers(taken)
+        else:
+            with self.guard:
+                self._run_handlers(taken)
+
+    def _run_handlers(self, taken: list[tuple[tuple[Any, ...], list[memoryview]]]) -> None:
         while taken:
             env, frame = taken.pop(0)
             handler = self.rt.ports.get(env[1])

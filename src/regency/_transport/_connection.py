@@ -44,6 +44,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from pickle import PickleBuffer
 from typing import Any
 
@@ -281,7 +282,8 @@ class Connection:
 
     def read_here(self, take: Callable[[list[memoryview]], bool], waker: Waker,
                   timeout: float | None, ready: Callable[[], bool],
-                  paused: bool = False, spin: float = 0.0) -> bool:
+                  paused: bool = False, spin: float = 0.0,
+                  guard: AbstractContextManager[Any] | None = None) -> bool:
         """Wait for and read this connection on the calling thread, not the loop's.
 
         Whole frames go to ``take`` in arrival order while it accepts them (returns True);
@@ -292,7 +294,9 @@ class Connection:
         the loop read before must be handled first). Returns False when this connection
         cannot be borrowed (TLS, closed, ended, not polled, or called on the loop thread).
         ``paused``: the caller paused it already (``pause_reads``); it is resumed either way.
-        ``spin``: seconds to poll before sleeping (:meth:`Waker.wait`).
+        ``spin``: seconds to poll before sleeping (:meth:`Waker.wait`). ``guard``: a context
+        entered around the read itself (e.g. deferring interrupts: a frame read must not be
+        lost to an exception before it is kept).
         """
         poller = self._poller
         if poller is None or self.closed or self._ending or self._on_loop():
@@ -311,7 +315,11 @@ class Connection:
             with self._rlock:
                 if self.closed or ready():  # e.g. frames handed back were delivered since:
                     return True             # what we would read must come after them
-                end = self._read(_Taker(self, take), 1)
+                if guard is None:
+                    end = self._read(_Taker(self, take), 1)
+                else:
+                    with guard:
+                        end = self._read(_Taker(self, take), 1)
         finally:
             self._borrowers.remove(waker)
             poller.resume(self)
