@@ -85,3 +85,19 @@ def test_without_borrowed_reads_calls_go_through_the_loop() -> None:
         assert g.taken.call_one().get(timeout=T) == 0
     finally:
         procs.stop().get(timeout=T)
+
+
+def test_threads_waiting_on_one_future_all_get_it(gates: tuple[Any, Any]) -> None:
+    import threading
+
+    g1, g2 = gates
+    waiting = g1.wait.call_one("shared")
+    got: list[str] = []
+    threads = [threading.Thread(target=lambda: got.append(waiting.get(timeout=T)))
+               for _ in range(3)]
+    for t in threads:
+        t.start()
+    g2.open.call_one("shared").get(timeout=T)
+    for t in threads:
+        t.join(T)
+    assert got == ["opened"] * 3

@@ -39,7 +39,7 @@ def thread_waker() -> Waker:
 class ReplyReader:
     """``Completion.reader`` of a call whose replies all come from one address."""
 
-    __slots__ = ("addr", "guard", "port_id", "rt", "taken")
+    __slots__ = ("addr", "guard", "port_id", "reading", "rt", "taken")
 
     def __init__(self, rt: Runtime, addr: str, port_id: int,
                  guard: AbstractContextManager[Any] | None = None) -> None:
@@ -48,11 +48,12 @@ class ReplyReader:
         self.port_id = port_id
         self.guard = guard  # entered while frames are read and handled (see read_here)
         self.taken: list[tuple[tuple[Any, ...], list[memoryview]]] = []
+        self.reading = threading.Lock()  # one thread reads for a call; others wait plainly
 
     def __call__(self, c: Completion, timeout: float | None) -> bool:
         rt = self.rt
         conn = rt.router.inbound(self.addr)
-        if conn is None or rt.on_loop():
+        if conn is None or rt.on_loop() or not self.reading.acquire(False):
             return c.wait_plain(timeout)
         waker = thread_waker()
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -68,7 +69,10 @@ class ReplyReader:
                 self._handle()
         finally:
             c.waker = None
-            self._handle()
+            try:
+                self._handle()
+            finally:
+                self.reading.release()
         return True
 
     def _take(self, frame: list[memoryview]) -> bool:
