@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 import pytest
+from _loop_pair import LoopPair
 
 from regency._transport._connection import Connection
 from regency._transport._poller import Poller, Waker
@@ -24,24 +25,19 @@ pytestmark = pytest.mark.timeout(60)
 T = 10.0
 
 
-class Pair:
+class Pair(LoopPair):
     """``a`` writes; ``b`` is polled. ``got`` collects what the loop delivers from ``b``."""
 
     def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
+        super().__init__()
         sa, sb = socket.socketpair()
         for s in (sa, sb):
             s.setblocking(False)
-        self.got: list[bytes] = []
-        self.closed: list[BaseException | None] = []
-        self.cond = threading.Condition()
 
         def make() -> tuple[Connection, Connection]:
             self.poller = Poller(self.loop)
             a = Connection(sa, self.loop, lambda c, f: None, lambda c, e: None, label="a")
-            b = Connection(sb, self.loop, self._frame, self._close, label="b",
+            b = Connection(sb, self.loop, self.on_frame, self.on_close, label="b",
                            poller=self.poller)
             a.start()
             b.start()
@@ -49,25 +45,8 @@ class Pair:
 
         self.a, self.b = self.call(make)
 
-    def call(self, fn: Any) -> Any:
-        async def run() -> Any:
-            return fn()
-
-        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(T)
-
-    def _frame(self, conn: Connection, frame: list[memoryview]) -> None:
-        with self.cond:
-            self.got.append(b"".join(bytes(b) for b in frame))
-            self.cond.notify_all()
-
-    def _close(self, conn: Connection, exc: BaseException | None) -> None:
-        with self.cond:
-            self.closed.append(exc)
-            self.cond.notify_all()
-
-    def wait(self, predicate: Any) -> None:
-        with self.cond:
-            assert self.cond.wait_for(predicate, timeout=T), "the loop did not get it in time"
+    def keep(self, frame: list[memoryview]) -> bytes:
+        return b"".join(bytes(b) for b in frame)
 
     def send(self, *names: bytes) -> None:
         for name in names:
@@ -75,9 +54,7 @@ class Pair:
 
     def close(self) -> None:
         self.call(lambda: (self.a.close(), self.b.close(), self.poller.close()))
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(T)
-        self.loop.close()
+        self.stop()
 
 
 @pytest.fixture

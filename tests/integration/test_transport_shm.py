@@ -8,15 +8,13 @@ names a segment it never sent is cut off without hurting the receiver.
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import os
 import socket
-import threading
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
+from _loop_pair import LoopPair
 
 from regency._transport import _shm
 from regency._transport._connection import Connection
@@ -25,27 +23,22 @@ from regency._wire import encode_frame
 pytestmark = pytest.mark.timeout(60)
 
 
-class Pair:
+class Pair(LoopPair):
     """A connected pair of Connections; ``got`` collects frames received by ``b``."""
 
     def __init__(self, shm_min: int = 1 << 20, sndbuf: int = 1 << 16) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
+        super().__init__()
         sa, sb = socket.socketpair()
         for s in (sa, sb):
             s.setblocking(False)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
         self.pool_a = _shm.SegmentPool(capacity=256 << 20)
         self.pool_b = _shm.SegmentPool(capacity=256 << 20)
-        self.got: list[list[memoryview]] = []
-        self.closed: list[BaseException | None] = []
-        self.arrived = threading.Condition()
 
         def make() -> tuple[Connection, Connection]:
-            a = Connection(sa, self.loop, self._frame, self._close, label="a",
+            a = Connection(sa, self.loop, self.on_frame, self.on_close, label="a",
                            shm_min_bytes=shm_min, shm_pool=self.pool_a)
-            b = Connection(sb, self.loop, self._frame, self._close, label="b",
+            b = Connection(sb, self.loop, self.on_frame, self.on_close, label="b",
                            shm_min_bytes=shm_min, shm_pool=self.pool_b)
             a.start()
             b.start()
@@ -53,32 +46,9 @@ class Pair:
 
         self.a, self.b = self.call(make)
 
-    def call(self, fn: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(_call(fn), self.loop).result(10)
-
-    def _frame(self, conn: Connection, frame: list[memoryview]) -> None:
-        with self.arrived:
-            self.got.append(frame)
-            self.arrived.notify_all()
-
-    def _close(self, conn: Connection, exc: BaseException | None) -> None:
-        with self.arrived:
-            self.closed.append(exc)
-            self.arrived.notify_all()
-
-    def wait(self, predicate: Any) -> None:
-        with self.arrived:
-            assert self.arrived.wait_for(predicate, timeout=30), "nothing arrived in time"
-
     def close(self) -> None:
         self.call(lambda: (self.a.close(), self.b.close()))
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        self.loop.close()
-
-
-async def _call(fn: Any) -> Any:
-    return fn()
+        self.stop()
 
 
 @pytest.fixture
