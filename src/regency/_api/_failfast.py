@@ -87,11 +87,11 @@ class _Deferral:
         self.pending = False
 
     def __enter__(self) -> None:
-        if threading.get_ident() == _MAIN_ID:
+        if threading.get_ident() == MAIN_ID:
             self.depth += 1
 
     def __exit__(self, *exc: object) -> None:
-        if threading.get_ident() != _MAIN_ID:
+        if threading.get_ident() != MAIN_ID:
             return
         self.depth -= 1
         if not self.depth and self.pending:
@@ -99,7 +99,7 @@ class _Deferral:
             signal.raise_signal(signal.SIGINT)
 
 
-_MAIN_ID = threading.main_thread().ident
+MAIN_ID = threading.main_thread().ident  # where signal handlers run
 defer_interrupts = _Deferral()
 
 

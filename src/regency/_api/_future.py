@@ -139,12 +139,11 @@ def failed(exc: BaseException) -> Future[Any]:
     return Future._from(c)
 
 
-_MAIN = threading.main_thread().ident
 
 
 def _wait(c: Completion, timeout: float | None) -> bool:
     """``c.wait``, telling fail-fast what the main thread is blocked on (see ``_failfast``)."""
-    if threading.get_ident() != _MAIN:
+    if threading.get_ident() != _failfast.MAIN_ID:
         return c.wait(timeout)
     _failfast.waiting = c
     try:

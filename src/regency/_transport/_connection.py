@@ -12,10 +12,11 @@ Reading happens on the loop (``add_reader``, or through a :class:`Poller` for pl
 connections), except that a thread blocked on a reply may *borrow* a polled connection
 (``read_here``): it pauses the loop's reading, reads under the read lock itself, keeps the
 frames it was waiting for and hands the rest back to the loop in order (see ``_poller``).
-Writing: if nothing is queued, the
-writer sends what the kernel takes right away; whatever is left (a partial send, or the
-socket buffer full) is queued, in order, and the loop flushes it with ``add_writer``.
-Frames written under the lock never interleave, so per-sender order is the send order.
+
+Writing: if nothing is queued, the writer sends what the kernel takes right away; whatever
+is left (a partial send, or the socket buffer full) is queued, in order, and the loop
+flushes it with ``add_writer``. Frames written under the lock never interleave, so
+per-sender order is the send order.
 
 Over a Unix socket, buffers of at least ``shm_min_bytes`` go through shared memory instead
 of the stream (:mod:`._shm`): the frame carries small attachment descriptors and the
@@ -337,10 +338,6 @@ class Connection:
         except RuntimeError:
             pass  # the loop is closed: the connection went with it
 
-    def _hand_back(self, frame: list[memoryview]) -> None:
-        """A frame a borrower read but does not take: the loop delivers it, in order."""
-        self._handback.append(frame)  # read_here schedules their delivery when it ends
-
     def _give_back_soon(self) -> None:
         # a borrower holds the lock only for moments (never while it waits or runs a handler)
         with self._rlock:
@@ -608,7 +605,7 @@ class _Taker:
             self.conn.taken += 1
             return
         self.declined = True
-        self.conn._hand_back(frame)
+        self.conn._handback.append(frame)  # the loop delivers it, in order (see read_here)
 
 
 class _Flushed:
