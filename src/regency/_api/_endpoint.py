@@ -108,7 +108,7 @@ class Endpoint(Generic[R]):
         try:
             self._bind(args, kwargs)
             try:
-                data, buffers = dumps_call(args, kwargs)
+                data, buffers = dumps_call(args, kwargs, len(route.ranks))
             except Exception as exc:
                 raise TypeError(
                     f"cannot send {self._label}: {describe_unpicklable(args, kwargs)}"

@@ -10,12 +10,12 @@ from .._api._bootstrap import runtime
 from .._api._future import Future, completed, failed
 from .._runtime._completion import Completion
 from .._runtime._runtime import Runtime
-from . import _transfer
+from . import _cuda, _transfer
 from ._choice import TransportChoice, choose
 from ._handle import Descriptor
 from ._identity import PeerInfo, peer_info
 from ._memory import Region, buffer_region, local_region
-from ._owner import contact, ensure_owner
+from ._owner import contact, ensure_owner, watch_deaths
 from ._registry import peek, registry
 
 __all__ = ["BufferOwner", "RDMAAction", "RDMABuffer"]
@@ -44,8 +44,9 @@ def _check_timeout(timeout: float) -> float:
 class RDMABuffer:
     """A registered region of memory in one process, readable and writable from any other.
 
-    ``RDMABuffer(data)`` registers ``data`` (a 1-D contiguous CPU torch tensor or numpy array,
-    a ``bytearray`` or a 1-D contiguous memoryview) with this process, which becomes its
+    ``RDMABuffer(data)`` registers ``data`` (a 1-D contiguous CPU or CUDA torch tensor, a
+    numpy array, a ``bytearray`` or a 1-D contiguous memoryview) with this process, which
+    becomes its
     *owner*; the memory stays registered (and alive) until :meth:`drop`. The handle is an
     ordinary picklable value: return it from an endpoint or pass it as an argument, and the
     receiver moves bytes one-sidedly with :meth:`read_into` / :meth:`write_from`, without
@@ -57,15 +58,7 @@ class RDMABuffer:
     _desc: Descriptor
 
     def __init__(self, data: Any) -> None:
-        region = buffer_region(data)
-        rt = runtime()
-        server = ensure_owner(rt)
-        reg = registry().register(region)
-        self._desc = Descriptor(
-            reg_id=reg.reg_id, key=reg.key, size=region.nbytes, readonly=region.readonly,
-            address=region.address, slot_addr=reg.slot_addr, owner=peer_info(),
-            control=contact(rt), unix=server.unix, tcp=server.tcp, kind=region.kind,
-            dtype=region.dtype)
+        self._desc = register(buffer_region(data))
 
     @classmethod
     def _rebuild(cls, desc: Descriptor) -> RDMABuffer:
@@ -148,6 +141,8 @@ class RDMABuffer:
         timeout = _check_timeout(timeout)
         rt = runtime()
         addr = self._desc.control
+        if self._desc.on_device:
+            watch_deaths(rt)
         done = _transfer.start(op, self._desc, local, timeout=timeout, transport=transport,
                                secret=rt.secret, dead=lambda: rt.dead_addrs.get(addr))
         return Future._from(done)
@@ -211,6 +206,28 @@ def _expire(waiter: _DropWaiter, timeout: float) -> None:
     if not waiter.done.done():
         waiter.finish()
         waiter.done.set_exception(TimeoutError(f"{waiter.label}: no answer within {timeout}s"))
+
+
+def register(region: Region, takers: int = 0) -> Descriptor:
+    """Register ``region`` with this process and describe it for readers elsewhere.
+
+    ``takers``: a lent tensor, dropped after that many takes (0: until ``drop()``)."""
+    ipc, ipc_offset, ipc_error = None, 0, ""
+    if region.on_device:
+        try:
+            export = _cuda.ipc_export(region.address, region.device)
+            ipc, ipc_offset = export.handle, export.offset
+        except (_cuda.CudaError, OSError, AttributeError) as exc:
+            ipc_error = str(exc)
+    rt = runtime()
+    server = ensure_owner(rt)
+    reg = registry().register(region, takers)
+    return Descriptor(
+        reg_id=reg.reg_id, key=reg.key, size=region.nbytes, readonly=region.readonly,
+        address=region.address, slot_addr=reg.slot_addr, owner=peer_info(),
+        control=contact(rt), unix=server.unix, tcp=server.tcp, kind=region.kind,
+        dtype=region.dtype, device=region.device, ipc=ipc, ipc_offset=ipc_offset,
+        ipc_error=ipc_error)
 
 
 class RDMAAction:

@@ -3,6 +3,9 @@
 In order of preference:
 
 ``local``  the reader is the owner process: one ``memmove``.
+``cuda_ipc`` CUDA memory of an owner on the same kernel and pid namespace: the reader maps the
+           owner's allocation with a CUDA IPC handle and copies on the GPU (or device to
+           host), the owner runs nothing.
 ``vm``     same kernel and pid namespace: ``process_vm_readv``/``process_vm_writev`` on the
            owner's pages, one copy, the owner runs nothing.
 ``unix``   same kernel and network namespace, but ``vm`` is refused (ptrace rules): chunked
@@ -22,7 +25,7 @@ from ._identity import PeerInfo
 
 __all__ = ["TRANSPORTS", "TransportChoice", "choose"]
 
-TRANSPORTS = ("local", "vm", "unix", "tcp")
+TRANSPORTS = ("local", "cuda_ipc", "vm", "unix", "tcp")
 
 
 class TransportChoice(NamedTuple):
@@ -46,13 +49,28 @@ def _vm_blocked(reader: PeerInfo, vm_denied: bool) -> str | None:
 
 
 def _forced(name: str, reader: PeerInfo, owner: PeerInfo, has_unix: bool,
-            vm_denied: bool) -> TransportChoice:
+            vm_denied: bool, ipc: str | None) -> TransportChoice:
     if name not in TRANSPORTS:
         raise ValueError(f"unknown data-plane transport {name!r}; use one of {TRANSPORTS}")
     why = f"forced ({name})"
     if name == "local" and not reader.same_process(owner):
         raise ValueError("transport 'local' needs the reader to be the owner process")
+    if name == "cuda_ipc":
+        if ipc is None:
+            raise ValueError("transport 'cuda_ipc' needs a buffer of CUDA memory")
+        if ipc:
+            raise ValueError(f"transport 'cuda_ipc' is not usable: {ipc}")
+        if reader.same_process(owner) or not reader.same_pid_space(owner):
+            raise ValueError("transport 'cuda_ipc' needs two processes on one host and pid "
+                             "namespace")
+        blocked = _vm_blocked(reader, vm_denied)
+        if blocked:
+            raise ValueError(f"transport 'cuda_ipc' is not usable: its validity check "
+                             f"needs process_vm_readv, and {blocked}")
     if name == "vm":
+        if ipc is not None:
+            raise ValueError("transport 'vm' cannot reach CUDA memory; use 'cuda_ipc' (same "
+                             "host) or a socket transport ('unix', 'tcp')")
         if not reader.same_pid_space(owner):
             raise ValueError("transport 'vm' needs both processes on one host and pid namespace")
         blocked = _vm_blocked(reader, vm_denied)
@@ -65,21 +83,31 @@ def _forced(name: str, reader: PeerInfo, owner: PeerInfo, has_unix: bool,
 
 
 def choose(reader: PeerInfo, owner: PeerInfo, *, has_unix: bool = True,
-           vm_denied: bool = False, forced: str | None = None) -> TransportChoice:
+           vm_denied: bool = False, forced: str | None = None,
+           ipc: str | None = None) -> TransportChoice:
     """The transport ``reader`` uses for a buffer owned by ``owner``.
 
     ``vm_denied``: the kernel already refused process_vm_* for this pair.
     ``forced``: a transport name that must be used (``"auto"`` or None: choose).
+    ``ipc``: for CUDA memory, ``""`` when CUDA IPC can be used by this reader, else why
+    not; None for host memory.
 
     Raises:
         ValueError: ``forced`` names an unknown transport or one this pair cannot use.
     """
     if forced and forced != "auto":
-        return _forced(forced, reader, owner, has_unix, vm_denied)
+        return _forced(forced, reader, owner, has_unix, vm_denied, ipc)
     if reader.same_process(owner):
-        return TransportChoice("local", "same process: one memmove")
+        return TransportChoice("local", "same process: one copy")
     if reader.same_pid_space(owner):
         blocked = _vm_blocked(reader, vm_denied)
+        if ipc == "" and blocked is None:
+            return TransportChoice(
+                "cuda_ipc", f"same host ({owner.hostname}), CUDA memory: the owner's "
+                            "allocation mapped with a CUDA IPC handle, one copy on the GPU, "
+                            "owner code not involved")
+        if ipc:
+            blocked = f"no CUDA IPC ({ipc}); staged through pinned host memory"
         if blocked is None:
             return TransportChoice(
                 "vm", f"same host ({owner.hostname}, one kernel and pid namespace): "

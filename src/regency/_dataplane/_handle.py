@@ -33,3 +33,17 @@ class Descriptor:
     tcp: str | None
     kind: str = "bytes"
     dtype: str = "uint8"
+    device: int = -1  # the owner's CUDA device index for device memory; -1: host memory
+    ipc: bytes | None = None  # CUDA IPC handle of the allocation holding the memory
+    ipc_offset: int = 0  # where the memory starts in that allocation
+    ipc_error: str = ""  # why there is no IPC handle, for device memory without one
+
+    @property
+    def on_device(self) -> bool:
+        """Whether the registered memory is CUDA device memory."""
+        return self.device >= 0
+
+    @property
+    def owner_key(self) -> str:
+        """Names the owner process across hosts (for caches of its mappings)."""
+        return f"{self.owner.host_key}:{self.owner.pid}"

@@ -3,7 +3,8 @@
 Every supported object becomes a :class:`Region`: a start address, a length in bytes, a
 read-only flag and the object that keeps the memory alive. Two sets of rules apply:
 
-* :func:`buffer_region` (``RDMABuffer(obj)``), as in Monarch: a 1-D contiguous torch tensor or
+* :func:`buffer_region` (``RDMABuffer(obj)``), as in Monarch: a 1-D contiguous torch tensor (CPU
+  or CUDA) or
   numpy array, a ``bytearray``, or a 1-D contiguous memoryview (or any other 1-D contiguous
   buffer-protocol object, such as ``mmap``). Size 0, more than one dimension and strides are
   ``ValueError``. Read-only memory (``bytes``, a read-only view) is accepted and makes a
@@ -34,11 +35,19 @@ class Region:
     nbytes: int
     readonly: bool
     keep: Any
-    kind: str  # "torch", "numpy", "bytearray", "memoryview", "bytes", ...
+    kind: str  # "torch", "cuda", "numpy", "bytearray", "memoryview", "bytes", ...
     dtype: str = "uint8"
+    device: int = -1  # the CUDA device index of device memory; -1: host memory
+
+    @property
+    def on_device(self) -> bool:
+        """Whether this is CUDA device memory (no host pointer: copies go through torch)."""
+        return self.device >= 0
 
     def view(self) -> memoryview:
         """The bytes as a flat memoryview (for socket I/O); keep ``self`` alive meanwhile."""
+        if self.on_device:
+            raise ValueError("CUDA device memory has no host view; stage it through the host")
         if self.nbytes == 0:
             return memoryview(b"")
         mv = memoryview((ctypes.c_char * self.nbytes).from_address(self.address)).cast("B")
@@ -57,20 +66,20 @@ def _numpy_array(obj: Any) -> bool:
 
 def _torch_region(t: Any, what: str, need_1d: bool) -> Region:
     dev = t.device.type
-    if dev == "cuda":
-        raise NotImplementedError(
-            f"{what}: CUDA tensors are not supported by regency's data plane yet (no CUDA IPC "
-            "or GPUDirect path); copy to a CPU tensor (pinned for speed) first")
-    if dev != "cpu":
-        raise ValueError(f"{what}: tensors on device {dev!r} are not supported (CPU only)")
+    if dev not in ("cpu", "cuda"):
+        raise ValueError(f"{what}: tensors on device {dev!r} are not supported; pass a CPU "
+                         "or CUDA tensor (t.to('cpu') or t.to('cuda'))")
     if need_1d and t.dim() != 1:
         raise ValueError(f"{what}: the tensor must be 1-D, got shape {tuple(t.shape)}; "
                          "view it as bytes with t.view(torch.uint8).flatten()")
     if not t.is_contiguous():
         raise ValueError(f"{what}: the tensor must be contiguous (strides {t.stride()}); "
                          "call .contiguous() first")
-    return Region(int(t.data_ptr()), int(t.numel() * t.element_size()), False, t, "torch",
-                  str(t.dtype).removeprefix("torch."))
+    dtype = str(t.dtype).removeprefix("torch.")
+    nbytes = int(t.numel() * t.element_size())
+    if dev == "cuda":
+        return Region(int(t.data_ptr()), nbytes, False, t, "cuda", dtype, int(t.device.index))
+    return Region(int(t.data_ptr()), nbytes, False, t, "torch", dtype)
 
 
 def _array_region(a: Any, what: str, need_1d: bool) -> Region:

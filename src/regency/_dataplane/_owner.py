@@ -8,6 +8,7 @@ gets a new server.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from typing import Any
 
@@ -59,6 +60,7 @@ def ensure_owner(rt: Runtime) -> DataServer:
             server = DataServer(rt.secret, registry(), job=rt.job, tcp_host=_tcp_host(rt))
             _last[:] = [server]
             rt.sys_handlers["rdma_drop"] = lambda msg: _on_drop(rt, msg)
+            rt.sys_handlers["rdma_taken"] = _on_taken
             rt.extra[_KEY] = server
     return server
 
@@ -66,3 +68,21 @@ def ensure_owner(rt: Runtime) -> DataServer:
 def _on_drop(rt: Runtime, msg: dict[str, Any]) -> None:
     found = registry().drop(msg["reg_id"], msg["key"])
     rt.send_reply(msg["port"], None, m.OK, found)
+
+
+def _on_taken(msg: dict[str, Any]) -> None:
+    registry().taken(msg["reg_id"], msg["key"])
+
+
+def watch_deaths(rt: Runtime) -> None:
+    """Close CUDA mappings of runtimes found gone (once per runtime; for readers of CUDA
+    memory)."""
+    if _forget_mappings not in rt.death_listeners:
+        rt.death_listeners.append(_forget_mappings)
+
+
+def _forget_mappings(addr: str) -> None:
+    """A runtime is gone: close the CUDA mappings of its memory, if this process has any."""
+    cuda = sys.modules.get("regency._dataplane._cuda")
+    if cuda is not None and cuda.mapping_count():
+        cuda.forget_owner(addr)

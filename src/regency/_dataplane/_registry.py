@@ -34,6 +34,7 @@ class Registration:
     region: Region
     slot: tuple[int, int]  # (block, index)
     slot_addr: int
+    takers: int = 0  # a lent tensor: dropped after this many takes (0: a plain buffer)
 
 
 class _Slots:
@@ -69,13 +70,14 @@ class Registry:
         self._slots = _Slots()
         self._ids = itertools.count(1)
 
-    def register(self, region: Region) -> Registration:
-        """Keep ``region`` alive and reachable until :meth:`drop`."""
+    def register(self, region: Region, takers: int = 0) -> Registration:
+        """Keep ``region`` alive and reachable until :meth:`drop` (or, with ``takers``,
+        until that many :meth:`taken` calls)."""
         key = secrets.randbits(63) | 1  # never 0: 0 marks a free slot
         with self._lock:
             reg_id = next(self._ids)
             slot, addr = self._slots.take(key)
-            reg = Registration(reg_id, key, region, slot, addr)
+            reg = Registration(reg_id, key, region, slot, addr, takers)
             self._regs[reg_id] = reg
         return reg
 
@@ -96,6 +98,23 @@ class Registry:
             del self._regs[reg_id]
             self._slots.clear(reg.slot)  # readers see the drop before the memory can go
         return True
+
+    def taken(self, reg_id: int, key: int) -> bool:
+        """One taker of a lent registration is done; drops it after the last. Returns
+        whether the registration was dropped."""
+        with self._lock:
+            reg = self._regs.get(reg_id)
+            if reg is None or reg.key != key:
+                return False
+            reg.takers -= 1
+            if reg.takers > 0:
+                return False
+        return self.drop(reg_id, key)
+
+    def lends(self) -> int:
+        """How many lent tensors are waiting for takers."""
+        with self._lock:
+            return sum(1 for reg in self._regs.values() if reg.takers > 0)
 
     def __len__(self) -> int:
         return len(self._regs)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes.util
 import glob
+import importlib.util
 import os
 import sys
 import time
@@ -80,14 +81,38 @@ class DataPlaneProbe(Actor):
 
 
 def _gpu_line() -> str:
-    torch = sys.modules.get("torch")  # never imported just for this: it is slow to import
-    if torch is not None and torch.cuda.is_available():
-        return (f"gpu: {torch.cuda.device_count()} CUDA device(s); CUDA IPC / NCCL paths: not "
-                "implemented yet (RDMABuffer of a CUDA tensor raises NotImplementedError)")
-    if glob.glob("/dev/nvidia[0-9]*") or ctypes.util.find_library("cuda"):
-        return ("gpu: a CUDA driver is present; CUDA IPC / NCCL paths: not implemented yet "
-                "(RDMABuffer of a CUDA tensor raises NotImplementedError)")
-    return "gpu: no CUDA device; CUDA IPC / NCCL paths: not needed here (not implemented)"
+    """Which GPU paths this host has, and why not where it has none."""
+    if sys.modules.get("torch") is None and importlib.util.find_spec("torch") is None:
+        if glob.glob("/dev/nvidia[0-9]*") or ctypes.util.find_library("cuda"):
+            return ("gpu: a CUDA driver is present but torch is not installed; CUDA tensors "
+                    "and buffers need torch (pip install torch)")
+        return "gpu: no CUDA device, no torch; GPU paths not needed here"
+    from . import _cuda
+
+    state = _cuda.status()
+    if not _cuda.available():
+        return f"gpu: {state}"
+    return (f"gpu: {state}\n  CUDA IPC (same host, device to device): {_ipc_probe()}\n"
+            "  across hosts: staged through pinned host memory over TCP, in chunks\n"
+            "  GPUDirect RDMA: not available (no ibverbs path in regency)")
+
+
+def _ipc_probe() -> str:
+    """Whether this process can export an IPC handle of a fresh CUDA allocation."""
+    import torch
+
+    from . import _cuda
+
+    t = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
+    try:
+        _cuda.ipc_export(int(t.data_ptr()), int(t.device.index))
+    except (_cuda.CudaError, OSError, AttributeError) as exc:
+        hint = ""
+        if "expandable_segments" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""):
+            hint = " (PYTORCH_CUDA_ALLOC_CONF has expandable_segments: its memory has no " \
+                   "legacy IPC handles)"
+        return f"no: {exc}{hint}; CUDA memory is staged through the host instead"
+    return "yes (driver IPC handles; mappings cached per allocation)"
 
 
 def doctor_report(procs: Any = None) -> str:

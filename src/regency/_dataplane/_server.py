@@ -3,7 +3,9 @@
 Started in a process when it registers its first buffer. It listens on a Unix socket (an
 abstract name: same host) and on TCP (other hosts, or when TCP is forced), accepts
 authenticated data connections and serves each with a thread of its own, with blocking
-sockets that read straight into, and send straight from, the registered memory. The
+sockets that read straight into, and send straight from, the registered memory (CUDA memory
+is staged through pinned host chunks, the device copy of one chunk overlapping the socket
+I/O of the other). The
 process's event loop and actors are never involved, so a transfer of any size does not delay
 the control plane (the socket calls release the GIL).
 """
@@ -17,6 +19,7 @@ import socket
 import threading
 
 from .._wire import ServerHandshake
+from . import _cuda
 from . import _proto as p
 from ._errors import BufferDroppedError
 from ._registry import Registry
@@ -111,10 +114,18 @@ class DataServer:
         except ValueError as exc:
             _reply(conn, p.ERROR, str(exc))
             return True
-        view = region.view()  # ``reg`` keeps the memory alive until we are done
         if op == p.CHECK:
             _reply(conn, p.OK, value=region.nbytes)
-        elif op == p.READ:
+        elif region.on_device:
+            self._serve_device(conn, op, region.address + offset, length, region.device)
+        else:
+            self._serve_host(conn, op, region.view(), offset, length)
+        return True  # ``reg`` kept the memory alive until here
+
+    @staticmethod
+    def _serve_host(conn: socket.socket, op: int, view: memoryview, offset: int,
+                    length: int) -> None:
+        if op == p.READ:
             _reply(conn, p.OK, value=length)
             for start in range(offset, offset + length, CHUNK):
                 conn.sendall(view[start:min(start + CHUNK, offset + length)])
@@ -122,7 +133,19 @@ class DataServer:
             _reply(conn, p.OK)
             recv_into_exact(conn, view[offset:offset + length])
             _reply(conn, p.OK, value=length)
-        return True
+
+    @staticmethod
+    def _serve_device(conn: socket.socket, op: int, address: int, length: int,
+                      device: int) -> None:
+        mem = _cuda.device_bytes(address, length, device)
+        if op == p.READ:
+            _reply(conn, p.OK, value=length)
+            _cuda.staged(mem, device, to_host=True, io=conn.sendall)
+        else:
+            _reply(conn, p.OK)
+            _cuda.staged(mem, device, to_host=False,
+                         io=lambda chunk: recv_into_exact(conn, chunk))
+            _reply(conn, p.OK, value=length)
 
     def close(self) -> None:
         """Stop accepting (connections in progress finish on their own)."""

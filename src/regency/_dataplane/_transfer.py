@@ -8,13 +8,21 @@ returns a :class:`Completion` that a data-plane thread of this process completes
 thread hop would cost more than the copy. Nothing here runs on, or waits for, an event loop,
 and the owner's code never runs (its data-plane server threads serve socket transports).
 
-* ``local``: look the registration up in this process and ``memmove``.
+* ``local``: look the registration up in this process and ``memmove`` (a device copy when
+  either side is CUDA memory).
+* ``cuda_ipc``: check the owner's slot (as ``vm`` does), map the owner's CUDA allocation
+  with its IPC handle (once per allocation, :mod:`._cuda`), copy on the GPU (or between the
+  GPU and local host memory), check the slot again.
 * ``vm``: read the owner's validity slot (one 8-byte ``process_vm_readv``), copy with
   ``process_vm_readv``/``writev`` (split over a few threads for large copies), read the slot
   again: a buffer dropped meanwhile is an error, never silently stale data. If the kernel
   refuses (ptrace rules), remember it for that owner, warn once, and use a socket instead.
 * ``unix``/``tcp``: a pooled, authenticated data connection to the owner's data-plane server;
   large transfers are striped over ``REGENCY_RDMA_STREAMS`` connections.
+
+Where the local side is CUDA memory and the transport moves host bytes (``vm``, sockets),
+the bytes are staged through pinned host buffers in chunks (:func:`._cuda.staged`), the
+device copy of one chunk overlapping the host side of the next.
 """
 
 from __future__ import annotations
@@ -27,10 +35,11 @@ import time
 import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from .._runtime._completion import Completion
+from . import _cuda, _vm
 from . import _proto as p
-from . import _vm
 from ._choice import TransportChoice, choose
 from ._client import Pool, transfer
 from ._errors import BufferDroppedError, RDMAError, RDMATcpFallbackWarning
@@ -90,7 +99,23 @@ def current_choice(desc: Descriptor, transport: str | None = None) -> TransportC
     owner = desc.owner
     denied = (owner.host_key, owner.pid) in st.vm_denied
     return choose(peer_info(), owner, has_unix=desc.unix is not None, vm_denied=denied,
-                  forced=_forced(transport))
+                  forced=_forced(transport), ipc=_ipc_here(desc))
+
+
+def _ipc_here(desc: Descriptor) -> str | None:
+    """For CUDA memory: "" if this process can map it with CUDA IPC, else why not."""
+    if not desc.on_device:
+        return None
+    if desc.ipc is None:
+        return desc.ipc_error or "the owner could not export an IPC handle"
+    try:
+        import torch  # the reader of CUDA memory needs torch to copy it (already imported
+        # wherever a CUDA tensor is at hand)
+    except ImportError:
+        return "torch is not installed in the reading process"
+    if not torch.cuda.is_available():
+        return "the reading process sees no CUDA device"
+    return ""
 
 
 def _check_sizes(op: int, desc: Descriptor, local: Region) -> None:
@@ -122,11 +147,32 @@ def start(op: int, desc: Descriptor, local: Region, *, timeout: float,
     done = Completion(f"RDMABuffer {desc.reg_id} {verb} of {nbytes} bytes over {choice.name}")
     deadline = time.monotonic() + timeout
     job = _Job(op, desc, local, nbytes, deadline, choice, transport, secret, dead, done)
-    if choice.name in ("local", "vm") and nbytes <= INLINE_BYTES:
+    if _inline(choice.name, nbytes, local, desc):
         job.run()
     else:
         _st().executor.submit(job.run)
     return done
+
+
+def _inline(name: str, nbytes: int, local: Region, desc: Descriptor) -> bool:
+    """Whether to run on the calling thread: copies shorter than a thread hop."""
+    if name == "cuda_ipc" or (name == "local" and (local.on_device or desc.on_device)):
+        return local.on_device or nbytes <= INLINE_BYTES  # GPU copies: microseconds
+    return name in ("local", "vm") and nbytes <= INLINE_BYTES and not local.on_device
+
+
+def run_now(op: int, desc: Descriptor, local: Region, *, timeout: float, secret: bytes,
+            dead: Callable[[], str | None]) -> None:
+    """Run a transfer on this thread, to the end (for unpickling lent tensors).
+
+    Raises what the transfer's Completion would fail with."""
+    _check_sizes(op, desc, local)
+    choice = current_choice(desc)
+    nbytes = desc.size if op == READ else local.nbytes
+    done = Completion(f"RDMABuffer {desc.reg_id} take of {nbytes} bytes over {choice.name}")
+    _Job(op, desc, local, nbytes, time.monotonic() + timeout, choice, None, secret, dead,
+         done).run()
+    done.outcome()
 
 
 class _Job:
@@ -153,6 +199,8 @@ class _Job:
             raise RDMAError(f"the owner of RDMABuffer {self.desc.reg_id} is gone: {why}")
         if name == "local":
             self._local()
+        elif name == "cuda_ipc":
+            self._cuda_ipc()
         elif name == "vm":
             try:
                 self._vm()
@@ -173,10 +221,12 @@ class _Job:
                 return TimeoutError(f"{self.done.label} did not finish in time")
             return exc
         why = self.dead()
+        if d.on_device and (isinstance(exc, _vm.VmGone) or why is not None):
+            _cuda.forget_owner(d.control)  # unmap its memory so the driver can free it
         if isinstance(exc, _vm.VmGone) or why is not None:
             return RDMAError(f"the owner of RDMABuffer {d.reg_id} ({who}) is gone"
                              + (f": {why}" if why else ""))
-        if isinstance(exc, (OSError, ConnectionError)):
+        if isinstance(exc, (OSError, ConnectionError, _cuda.CudaError)):
             return RDMAError(f"{self.done.label} failed ({who}): {exc}")
         return exc
 
@@ -187,10 +237,35 @@ class _Job:
             raise BufferDroppedError(f"RDMABuffer {self.desc.reg_id} not found: it was dropped")
         reg = reg_table.lookup(self.desc.reg_id, self.desc.key)
         remote = reg.region.address
+        if reg.region.on_device or self.local.on_device:
+            self._device_copy(_bytes_of(reg.region, self.nbytes))
+            return
         if self.op == READ:
             ctypes.memmove(self.local.address, remote, self.nbytes)
         else:
             ctypes.memmove(remote, self.local.address, self.nbytes)
+
+    def _device_copy(self, remote: Any) -> None:
+        """Copy between the local region and ``remote`` (a flat uint8 tensor)."""
+        local = _bytes_of(self.local, self.nbytes)
+        dst, src = (local, remote) if self.op == READ else (remote, local)
+        device = next(t.device.index for t in (dst, src) if t.device.type == "cuda")
+        _cuda.copy_bytes(dst, src, device)
+
+    # -- CUDA IPC ------------------------------------------------------------------------
+    def _cuda_ipc(self) -> None:
+        d = self.desc
+        error = self._slot_error(self._slot(), None)
+        if error is not None:
+            raise error  # dropped: never touch that memory
+        assert d.ipc is not None
+        device = self.local.device if self.local.on_device else _current_device()
+        address = _cuda.open_peer(d.control, d.ipc, d.ipc_offset, device)
+        self._device_copy(_cuda.device_bytes(address, self.nbytes, device))
+        if self.op == READ:
+            error = self._slot_error(d.key, self._slot())
+            if error is not None:
+                raise error
 
     # -- process_vm ----------------------------------------------------------------------
     def _slot_error(self, before: int, after: int | None) -> BufferDroppedError | None:
@@ -213,6 +288,9 @@ class _Job:
     def _vm(self) -> None:
         _vm.check_hook()
         pid, remote, local = self.desc.owner.pid, self.desc.address, self.local.address
+        if self.local.on_device:
+            self._vm_staged(pid, remote)
+            return
         if self.op == READ and self.nbytes <= INLINE_BYTES:
             self._vm_small_read(pid, remote, local)
             return
@@ -225,6 +303,26 @@ class _Job:
             _vm.copy(pid, local + lo, remote + lo, hi - lo, write=write, deadline=self.deadline)
 
         _in_pieces(piece, self.nbytes, _env_int("REGENCY_RDMA_THREADS", min(4, _cpus())))
+        if not write:
+            error = self._slot_error(self.desc.key, self._slot())
+            if error is not None:
+                raise error
+
+    def _vm_staged(self, pid: int, remote: int) -> None:
+        """The owner's host memory <-> local CUDA memory, through pinned chunks."""
+        error = self._slot_error(self._slot(), None)
+        if error is not None:
+            raise error
+        write = self.op == WRITE
+        pos = [remote]
+
+        def io(chunk: memoryview) -> None:
+            _vm.copy(pid, _cuda_address(chunk), pos[0], len(chunk), write=write,
+                     deadline=self.deadline)
+            pos[0] += len(chunk)
+
+        _cuda.staged(_bytes_of(self.local, self.nbytes), self.local.device, to_host=write,
+                     io=io)
         if not write:
             error = self._slot_error(self.desc.key, self._slot())
             if error is not None:
@@ -258,14 +356,41 @@ class _Job:
 
     # -- sockets -------------------------------------------------------------------------
     def _sockets(self, address: str) -> None:
-        view = self.local.view()[: self.nbytes]
         pool = _st().pool
         op, desc, secret, deadline = self.op, self.desc, self.secret, self.deadline
+        if self.local.on_device:
+            pos = [0]
+
+            def io(chunk: memoryview) -> None:
+                transfer(pool, address, secret, desc, op, chunk, pos[0], deadline)
+                pos[0] += len(chunk)
+
+            _cuda.staged(_bytes_of(self.local, self.nbytes), self.local.device,
+                         to_host=op == WRITE, io=io)
+            return
+        view = self.local.view()[: self.nbytes]
 
         def piece(lo: int, hi: int) -> None:
             transfer(pool, address, secret, desc, op, view[lo:hi], lo, deadline)
 
         _in_pieces(piece, self.nbytes, _env_int("REGENCY_RDMA_STREAMS", _default_ways()))
+
+
+def _bytes_of(region: Region, nbytes: int) -> Any:
+    """The first ``nbytes`` of a region as a flat uint8 tensor (device or host; no copy)."""
+    if region.on_device:
+        return _cuda.device_bytes(region.address, nbytes, region.device)
+    return _cuda.host_bytes(region.view()[:nbytes])
+
+
+def _cuda_address(chunk: memoryview) -> int:
+    return ctypes.addressof(ctypes.c_char.from_buffer(chunk))
+
+
+def _current_device() -> int:
+    import torch
+
+    return int(torch.cuda.current_device())
 
 
 def _cpus() -> int:

@@ -14,14 +14,20 @@ pickles classes and functions *by reference*, which breaks for things defined in
 first and fall back to ``cloudpickle`` (by value) when that fails or when the stream names
 ``__main__`` at all. The check is a byte search over a small pickle; it may send a payload
 that merely contains the text ``__main__`` down the slow path, which is still correct.
+
+CUDA tensors are not pickled through the host: they are *lent* through the data plane
+(``regency._dataplane._lend``) and each receiver takes its own copy device to device. A call
+to several members says how many takers its payload has (``dumps_call(..., takers=n)``).
 """
 
 from __future__ import annotations
 
 import copyreg
 import io
+import os
 import pickle
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +38,17 @@ _TORCH_NUMPY: set[Any] = set()  # torch dtypes numpy can view (filled on first u
 _MAIN = b"__main__"
 
 Buffers = list[pickle.PickleBuffer]
+
+
+class _Takers(threading.local):
+    """How many receivers the payload being pickled on this thread has, and how to take
+    back the CUDA tensors lent while pickling it (if that attempt is thrown away)."""
+
+    n = 1
+    undo: list[Callable[[], None]] | None = None
+
+
+_takers = _Takers()
 
 
 class _OutOfBand:
@@ -82,11 +99,21 @@ def dumps(obj: Any) -> tuple[bytes, Buffers]:
     return _dumps(_wrap_shallow(obj))
 
 
-def dumps_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[bytes, Buffers]:
-    """Pickle endpoint arguments; large bytes among them travel out-of-band."""
+def dumps_call(args: tuple[Any, ...], kwargs: dict[str, Any],
+               takers: int = 1) -> tuple[bytes, Buffers]:
+    """Pickle endpoint arguments for ``takers`` receivers; large bytes among them travel
+    out-of-band."""
     if any(_is_large_bytes(v) for v in args) or any(_is_large_bytes(v) for v in kwargs.values()):
-        return _dumps((_wrap_shallow(args), _wrap_shallow(kwargs)))
-    return _dumps((args, kwargs))
+        obj: Any = (_wrap_shallow(args), _wrap_shallow(kwargs))
+    else:
+        obj = (args, kwargs)
+    if takers == 1:
+        return _dumps(obj)
+    _takers.n = takers
+    try:
+        return _dumps(obj)
+    finally:
+        _takers.n = 1
 
 
 def dumps_inband(obj: Any) -> bytes:
@@ -114,19 +141,40 @@ def _dumps(obj: Any) -> tuple[bytes, Buffers]:
         return False
 
     torch = sys.modules.get("torch")
-    try:
-        if torch is not None:
-            data = _dumps_with_tensors(obj, callback, torch, pickle.Pickler)
-        else:
+    if torch is None:
+        try:
             data = pickle.dumps(obj, protocol=5, buffer_callback=callback)
-        if _MAIN not in data:
-            return data, buffers
-    except Exception:
-        pass
+            if _MAIN not in data:
+                return data, buffers
+        except Exception:
+            pass
+        buffers.clear()
+        return cloudpickle.dumps(obj, protocol=5, buffer_callback=callback), buffers
+    _takers.undo = []
+    try:
+        try:
+            data = _dumps_with_tensors(obj, callback, torch, pickle.Pickler)
+            if _MAIN not in data:
+                return data, buffers
+        except Exception:
+            pass
+        _forget_attempt(buffers)  # by value this time
+        try:
+            return _dumps_with_tensors(obj, callback, torch, cloudpickle.Pickler), buffers
+        except BaseException:
+            _forget_attempt(buffers)
+            raise
+    finally:
+        _takers.undo = None
+
+
+def _forget_attempt(buffers: Buffers) -> None:
+    """Throw away what a pickling attempt produced (its buffers, its CUDA lends)."""
     buffers.clear()
-    if torch is not None:
-        return _dumps_with_tensors(obj, callback, torch, cloudpickle.Pickler), buffers
-    return cloudpickle.dumps(obj, protocol=5, buffer_callback=callback), buffers
+    for cb in _takers.undo or ():
+        cb()
+    if _takers.undo:
+        _takers.undo.clear()
 
 
 def _dumps_with_tensors(obj: Any, callback: Any, torch: Any, base: Any) -> bytes:
@@ -152,9 +200,14 @@ def _reduce_tensor(t: Any) -> Any:
         _TORCH_NUMPY.update({torch.float64, torch.float32, torch.float16, torch.int64,
                              torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool,
                              torch.complex64, torch.complex128})
-    if t.device.type != "cpu" or t.is_sparse or t.dtype not in _TORCH_NUMPY or t.is_conj():
-        return t.__reduce_ex__(5)  # torch's own way (copies)
     parameter = isinstance(t, torch.nn.Parameter)
+    plain = not (t.is_sparse or t.is_quantized or t.is_conj() or t.is_neg())
+    if t.device.type == "cuda" and plain and os.environ.get("REGENCY_CUDA_LEND") != "0":
+        from .._dataplane._lend import reduce_cuda_tensor  # only once CUDA tensors are sent
+
+        return reduce_cuda_tensor(t, _takers.n, parameter, _takers.undo)
+    if t.device.type != "cpu" or not plain or t.dtype not in _TORCH_NUMPY:
+        return t.__reduce_ex__(5)  # torch's own way (copies)
     return _rebuild_tensor, (t.detach().contiguous().numpy(), bool(t.requires_grad), parameter)
 
 

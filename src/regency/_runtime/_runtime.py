@@ -76,6 +76,8 @@ class Runtime:
         self.trees: dict[str, tuple[Any, int]] = {}  # mesh uid -> (relay Tree, our rank)
         self.held: dict[str, list[tuple[tuple[Any, ...], list[memoryview]]]] = {}
         self.sys_handlers: dict[str, SysHandler] = {}
+        # called on the loop with the address of each runtime found gone (mark_dead)
+        self.death_listeners: list[Callable[[str], None]] = []
         self.peer_lost_hooks: list[Callable[[str, BaseException | None], None]] = []
         self.dead_addrs: dict[str, str] = {}  # addr -> why it is dead
         self.troubles = 0  # bumped on any death, failure or stop: callers check only then
@@ -258,6 +260,11 @@ class Runtime:
         """Record that the runtime at ``addr`` is gone (e.g. its proc exited)."""
         self.dead_addrs[addr] = why
         self.troubles += 1
+        for listener in self.death_listeners:
+            try:
+                listener(addr)
+            except Exception:
+                log.exception("regency: error in a death listener for %s", addr)
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self, address: str, identity: str | None = None) -> str:
