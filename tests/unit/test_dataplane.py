@@ -66,6 +66,40 @@ def test_forced_transports() -> None:
         choose(ME, other(), forced="unix", has_unix=False)
 
 
+def test_choice_for_cuda_memory() -> None:
+    """``ipc``: "" when CUDA IPC is usable, else why not; None for host memory."""
+    ipc = choose(ME, other(), ipc="")
+    assert ipc.name == "cuda_ipc" and "IPC handle" in ipc.why
+    assert choose(ME, ME, ipc="").name == "local"
+    staged = choose(ME, other(), ipc="the owner could not export an IPC handle")
+    assert staged.name == "unix" and "staged through pinned host memory" in staged.why
+    assert choose(ME, other(), ipc="", vm_denied=True).name == "unix"  # no validity check
+    assert choose(ME, other(host_key="boot:2", hostname="h2"), ipc="").name == "tcp"
+    assert choose(ME, other(), ipc="", forced="cuda_ipc").name == "cuda_ipc"
+    assert choose(ME, other(), ipc="", forced="tcp").name == "tcp"
+    with pytest.raises(ValueError, match="cannot reach CUDA memory"):
+        choose(ME, other(), ipc="", forced="vm")
+    with pytest.raises(ValueError, match="needs a buffer of CUDA memory"):
+        choose(ME, other(), forced="cuda_ipc")
+    with pytest.raises(ValueError, match="not usable: no device"):
+        choose(ME, other(), ipc="no device", forced="cuda_ipc")
+    with pytest.raises(ValueError, match="one host"):
+        choose(ME, other(host_key="boot:2"), ipc="", forced="cuda_ipc")
+
+
+def test_lent_registrations_count_down_their_takers() -> None:
+    reg = Registry()
+    region = buffer_region(bytearray(8))
+    lent = reg.register(region, takers=2)
+    plain = reg.register(region)
+    assert reg.lends() == 1 and len(reg) == 2
+    assert not reg.taken(lent.reg_id, lent.key)
+    assert reg.taken(lent.reg_id, lent.key)  # the last taker drops it
+    assert reg.lends() == 0 and len(reg) == 1
+    assert not reg.taken(lent.reg_id, lent.key)  # late or repeated: harmless
+    assert reg.drop(plain.reg_id, plain.key)
+
+
 def test_peer_info_of_this_process() -> None:
     me = peer_info()
     assert me.pid == os.getpid() and me.same_process(me)
