@@ -7,13 +7,14 @@ machine with ``python -m pytest -q tests/gpu``.
 from __future__ import annotations
 
 import gc
+import os
 import time
 from collections.abc import Callable
 
 import pytest
 from _cuda_actors import CudaPeer, ramp_tensor
 
-from regency._dataplane import _cuda
+from regency._dataplane import _cuda, _transfer
 from regency._dataplane._registry import peek
 from regency.actor import this_host
 from regency.errors import ActorError, SupervisionError
@@ -116,6 +117,35 @@ def test_a_dropped_cuda_buffer_is_an_error_not_stale_data(peers) -> None:
     assert "was dropped" in str(info.value)
     with pytest.raises(BufferDroppedError, match="dropped"):
         buf.read_into(torch.empty(MiB, dtype=torch.uint8, device="cuda")).get(timeout=T)
+
+
+def test_a_drop_during_a_read_fails_the_read(peers, monkeypatch) -> None:
+    """The owner drops the buffer after our GPU copy and before our check: an error, not
+    data that was not valid."""
+    p0 = peers.slice(procs=0)
+    buf = p0.make.call_one("f", 4 * MiB, 1, "cuda").get(timeout=T)
+    monkeypatch.setattr(_transfer, "after_device_copy",
+                        lambda: p0.drop.call_one("f").get(timeout=T))
+    with pytest.raises(BufferDroppedError, match="dropped during the transfer"):
+        buf.read_into(torch.empty(4 * MiB, dtype=torch.uint8, device="cuda")).get(timeout=T)
+
+
+def test_lent_tensors_staged_over_tcp_reach_every_member() -> None:
+    """Receivers that must use a socket (as across hosts) take lends through pinned memory."""
+    os.environ["REGENCY_RDMA_TRANSPORT"] = "tcp"  # inherited by the procs spawned now
+    try:
+        procs = this_host().spawn_procs(per_host={"procs": 2}, name="cuda-tcp")
+    finally:
+        del os.environ["REGENCY_RDMA_TRANSPORT"]
+    try:
+        mesh = procs.spawn("peer", CudaPeer)
+        t = torch.arange(3 * _cuda.STAGE_CHUNK // 8, device="cuda", dtype=torch.int64)
+        got = mesh.describe.call(t).get(timeout=T)
+        assert [v[4] for v in got.values()] == [int(t.sum().item())] * 2
+        wait_until(lambda: lends_here() == 0, "both members took the lend over tcp")
+        assert torch.equal(mesh.slice(procs=1).echo.call_one(t).get(timeout=T), t)
+    finally:
+        procs.stop().get(timeout=T)
 
 
 def test_bad_inputs_are_refused_with_what_to_pass() -> None:

@@ -51,6 +51,10 @@ from ._registry import peek
 __all__ = ["INLINE_BYTES", "READ", "WRITE", "current_choice", "start"]
 
 READ, WRITE = p.READ, p.WRITE
+
+# A test hook (``regency.testing``-style): called between a ``cuda_ipc`` copy and its
+# validity check, e.g. to drop the buffer while the read is in flight.
+after_device_copy: Callable[[], None] | None = None
 INLINE_BYTES = 1 << 20
 _MIN_PIECE = 32 << 20  # split vm/socket transfers into pieces no smaller than this
 
@@ -262,6 +266,8 @@ class _Job:
         device = self.local.device if self.local.on_device else _current_device()
         address = _cuda.open_peer(d.control, d.ipc, d.ipc_offset, device)
         self._device_copy(_cuda.device_bytes(address, self.nbytes, device))
+        if after_device_copy is not None:
+            after_device_copy()
         if self.op == READ:
             error = self._slot_error(d.key, self._slot())
             if error is not None:
