@@ -51,7 +51,7 @@ class _Backlog:
     mailbox only, so neither needs a lock.
     """
 
-    __slots__ = ("added", "high", "low", "paused", "posted", "rt", "taken")
+    __slots__ = ("added", "high", "low", "most", "paused", "posted", "rt", "taken")
 
     def __init__(self, rt: Any) -> None:
         self.rt = rt
@@ -59,13 +59,17 @@ class _Backlog:
         self.low = self.high // 2
         self.added = 0
         self.taken = 0
+        self.most = 0  # the most bytes the mailbox held (statistics)
         self.paused: list[Any] = []  # connections this mailbox had the runtime pause
         self.posted = False  # a ``resume`` is on its way to the loop
 
     def add(self, frame: list[memoryview]) -> None:
         """A message went into the mailbox (loop thread)."""
         self.added += _size(frame)
-        if self.added - self.taken > self.high:
+        held = self.added - self.taken
+        if held > self.most:
+            self.most = held
+        if held > self.high:
             conn = self.rt.backlogged()
             if conn is not None:
                 self.paused.append(conn)

@@ -125,6 +125,7 @@ class Connection:
         self._ending = False  # a borrower saw it end; the loop closes it
         self.taken = 0  # frames borrowers took (statistics)
         self.queued = 0  # bytes in the write queue (flow control)
+        self.max_queued = 0  # the most it held (statistics)
         self.high_water: int = _NO_LIMIT  # above it, ``make_room`` waits (set by the owner)
         self.loop_block_limit = 1.0  # the longest ``make_room`` blocks the loop thread
         self.throttled = False  # the loop does not read it (``throttle``)
@@ -206,7 +207,7 @@ class Connection:
             end = self._drain(sink)
             if end is not None:
                 return end
-            if self.closed or (n < len(view) and n < _SMALL):
+            if self.closed or self.throttled or (n < len(view) and n < _SMALL):
                 break  # a short read drained the socket: skip the extra recv and its EAGAIN
         return None
 
@@ -482,6 +483,8 @@ class Connection:
                     done = threading.Event()
             self._pending.extend(rest)
             self.queued += sum(v.nbytes for v in rest)
+            if self.queued > self.max_queued:
+                self.max_queued = self.queued
             if done is not None:
                 self._pending.append(_Flushed(done))
             self._arm_writer()
