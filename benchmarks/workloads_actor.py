@@ -201,11 +201,9 @@ def pipeline(p: Params) -> Metrics:
     ``p.pipeline_s``. Delivered-while-running and the time to the first 100 are the point."""
     host = api.this_host()
     with ExitStack() as stack:
-        meshes = []
-        for _ in range(3):
-            pm = host.spawn_procs(per_host={"procs": 1})
+        meshes = [host.spawn_procs(per_host={"procs": 1}) for _ in range(3)]
+        for pm in reversed(meshes):  # stopped producer first: nothing left undeliverable
             stack.callback(_stop, pm)
-            meshes.append(pm)
         consumer = meshes[2].spawn("consumer", PipeConsumer)
         stage = meshes[1].spawn("stage", PipeStage, consumer)
         producer = meshes[0].spawn("producer", PipeProducer, stage)
