@@ -109,3 +109,57 @@ class AsyncCaller(Actor):
         for fut in futs:
             await fut
         return time.perf_counter() - start
+
+
+class PipeConsumer(Actor):
+    """The end of the ``pipeline`` workload: counts, noting the time every 100 messages."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+        self.marks: list[tuple[int, float]] = []
+
+    @endpoint
+    async def take(self, x: Any) -> None:
+        self.seen += 1
+        if self.seen % 100 == 0:
+            self.marks.append((self.seen, time.time()))
+
+    @endpoint
+    async def report(self) -> tuple[int, list[tuple[int, float]]]:
+        return self.seen, self.marks
+
+
+class PipeStage(Actor):
+    """The middle of the ``pipeline`` workload: forwards from an async endpoint."""
+
+    def __init__(self, consumer: Any) -> None:
+        self.consumer = consumer
+
+    @endpoint
+    async def ready(self) -> int:
+        return 1
+
+    @endpoint
+    async def forward(self, x: Any) -> None:
+        self.consumer.take.broadcast(x)
+
+
+class PipeProducer(Actor):
+    """The head of the ``pipeline`` workload: casts to the stage as fast as its loop goes."""
+
+    def __init__(self, stage: Any) -> None:
+        self.stage = stage
+
+    @endpoint
+    async def run(self, seconds: float) -> tuple[int, float, float]:
+        """Returns (messages sent, start, end) (wall-clock times, comparable across procs)."""
+        import asyncio
+
+        start = time.time()
+        end = start + seconds
+        sent = 0
+        while time.time() < end:
+            self.stage.forward.broadcast(sent)
+            sent += 1
+            await asyncio.sleep(0)
+        return sent, start, time.time()

@@ -37,6 +37,7 @@ WORKLOAD_NAMES: tuple[str, ...] = (
     "spawn_4",
     "spawn_16",
     "idle_worker_mem",
+    "pipeline",
 )
 
 # Full-size echoes run before the timed ones, in every framework: figures are steady state
@@ -57,6 +58,7 @@ class Params:
     a2a_calls: int
     warmup_calls: int
     echo_iters: dict[int, int]  # payload size in MiB -> timed iterations
+    pipeline_s: float = 3.0  # how long the pipeline's producer sends
 
     def echo_iterations(self, size_mib: int) -> int:
         return self.echo_iters[size_mib]
@@ -77,6 +79,7 @@ QUICK = Params(
     a2a_calls=200,
     warmup_calls=20,
     echo_iters={1: 10, 16: 3, 256: 2},
+    pipeline_s=1.0,
 )
 
 

@@ -117,7 +117,9 @@ def render_report(
     caption = (
         f"Medians of {meta['repeat']} interleaved runs per framework "
         f"({'quick' if meta['quick'] else 'full'} suite), {meta['date']}, "
-        f"{meta['cpus']} CPUs ({meta['machine']}). Versions: {versions_line(by_fw)}.\n\n"
+        f"{meta['cpus']} CPUs ({meta['machine']}), "
+        f"{meta.get('load', 0)} CPU-bound processes beside it (--load). "
+        f"Versions: {versions_line(by_fw)}.\n\n"
         "**Ratio columns: >1 means regency is better** (`*_per_s` throughput: regency/peer; "
         "latency, seconds and MiB: peer/regency). `(k/n ok)` after a value: only k of n runs "
         "succeeded; `timeout`/`error`: no run succeeded (see notes)."

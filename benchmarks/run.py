@@ -2,12 +2,13 @@
 
     python -m benchmarks.run [--peers monarch,ray] [--frameworks regency,monarch,ray]
                              [--repeat N] [--quick] [--only NAME...] [--timeout S]
-                             [--json OUT] [--md OUT]
+                             [--json OUT] [--md OUT] [--load N]
 
 Each framework runs with its own interpreter (regency: this one; peers: .bench-venvs/<peer>),
 runs are interleaved (regency, monarch, ray, regency, ...), and the markdown table of medians
 is printed on stdout. Progress and failures go to stderr; subprocess logs to
-benchmarks/results/logs/.
+benchmarks/results/logs/. ``--load N`` runs N CPU-bound processes beside the whole run (a
+busy machine, as in a training job); they are killed at the end, whatever happens.
 """
 
 from __future__ import annotations
@@ -18,8 +19,12 @@ import fnmatch
 import json
 import os
 import platform
+import signal
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from benchmarks._common import WORKLOAD_NAMES, repo_root
@@ -72,7 +77,39 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--json", type=Path, help="write raw results and medians as JSON here")
     p.add_argument("--md", type=Path, help="also write the markdown report here")
+    p.add_argument(
+        "--load",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run N CPU-bound processes beside the benchmark (default 0: an idle machine)",
+    )
     return p.parse_args(argv)
+
+
+_BURN = "while True: pass"
+
+
+@contextmanager
+def cpu_load(n: int) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """N busy-looping processes for the duration of the block; killed on the way out, also on
+    an exception or Ctrl-C (each in its own session, so a terminal's signals reach us only)."""
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for _ in range(n):
+            procs.append(subprocess.Popen([sys.executable, "-c", _BURN], start_new_session=True,
+                                          stdin=subprocess.DEVNULL))
+        if procs:
+            log(f"load: {n} CPU-bound processes (pids {', '.join(str(p.pid) for p in procs)})")
+        yield procs
+    finally:
+        for proc in procs:
+            try:
+                proc.send_signal(signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for proc in procs:
+            proc.wait()
 
 
 def select_workloads(patterns: list[str] | None) -> list[str]:
@@ -146,9 +183,10 @@ def main(argv: list[str] | None = None) -> int:
     log_dir.mkdir(parents=True, exist_ok=True)
     log(
         f"frameworks={','.join(frameworks)} workloads={len(workloads)} repeat={args.repeat} "
-        f"quick={args.quick} logs={log_dir}"
+        f"quick={args.quick} load={args.load} logs={log_dir}"
     )
-    by_fw = run_all(frameworks, workloads, args, log_dir)
+    with cpu_load(args.load):
+        by_fw = run_all(frameworks, workloads, args, log_dir)
     meta = {
         "date": dt.date.today().isoformat(),
         "repeat": args.repeat,
@@ -157,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": platform.platform(),
         "workloads": workloads,
         "timeout_s": args.timeout,
+        "load": args.load,
     }
     report = render_report(by_fw, workloads, peers, meta)
     print(report)

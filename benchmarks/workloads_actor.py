@@ -17,7 +17,15 @@ from typing import Any
 
 import psutil
 
-from benchmarks._actors import AsyncCaller, AsyncPinger, SyncCaller, SyncPinger
+from benchmarks._actors import (
+    AsyncCaller,
+    AsyncPinger,
+    PipeConsumer,
+    PipeProducer,
+    PipeStage,
+    SyncCaller,
+    SyncPinger,
+)
 from benchmarks._common import (
     ECHO_WARMUP,
     MIB,
@@ -187,6 +195,31 @@ def idle_worker_mem(p: Params) -> Metrics:
     return {"rss_mib": info.rss / MIB, "uss_mib": info.uss / MIB}
 
 
+def pipeline(p: Params) -> Metrics:
+    """Issue 12 item 8: producer -> stage -> consumer, three async actors on three procs (each
+    its own proc mesh), the producer casting flat out (``broadcast``, ``await sleep(0)``) for
+    ``p.pipeline_s``. Delivered-while-running and the time to the first 100 are the point."""
+    host = api.this_host()
+    with ExitStack() as stack:
+        meshes = [host.spawn_procs(per_host={"procs": 1}) for _ in range(3)]
+        for pm in reversed(meshes):  # stopped producer first: nothing left undeliverable
+            stack.callback(_stop, pm)
+        consumer = meshes[2].spawn("consumer", PipeConsumer)
+        stage = meshes[1].spawn("stage", PipeStage, consumer)
+        producer = meshes[0].spawn("producer", PipeProducer, stage)
+        consumer.report.call_one().get()
+        stage.ready.call_one().get()
+        sent, start, end = producer.run.call_one(p.pipeline_s).get(timeout=120)
+        _, marks = consumer.report.call_one().get(timeout=120)
+    during = max((n for n, t in marks if t <= end), default=0)
+    first = next((t for n, t in marks if n >= 100), None)
+    return {
+        "sent_per_s": sent / (end - start),
+        "received_per_s": during / (end - start),
+        "first100_ms": (first - start) * 1000 if first is not None else float("nan"),
+    }
+
+
 def _echo_workload(make: Callable[[int], Any], size_mib: int) -> Workload:
     return lambda p: _echo(make, size_mib, p)
 
@@ -202,6 +235,7 @@ def _build() -> dict[str, Workload]:
         "spawn_4": lambda p: _spawn(4, p),
         "spawn_16": lambda p: _spawn(16, p),
         "idle_worker_mem": idle_worker_mem,
+        "pipeline": pipeline,
     }
     for size in (1, 16, 256):
         table[f"echo_bytes_{size}MiB"] = _echo_workload(_make_bytes, size)

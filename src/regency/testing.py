@@ -25,7 +25,7 @@ from ._api._bootstrap import runtime
 from ._api._endpoint import Endpoint
 from ._api._proc_mesh import ProcMesh
 
-__all__ = ["delay_calls", "drop_calls", "inject_exception", "kill_rank"]
+__all__ = ["delay_calls", "drop_calls", "flow_stats", "inject_exception", "kill_rank"]
 
 
 def _targets(mesh: ActorMesh | ProcMesh, ranks: Iterable[int] | None) -> list[tuple[int, str]]:
@@ -72,3 +72,30 @@ def drop_calls(endpoint: Endpoint[Any], *, ranks: Iterable[int] | None = None,
     its own timeout (or the callee's failure).
     """
     _inject(endpoint, "drop", ranks, times)
+
+
+def flow_stats() -> dict[str, Any]:
+    """Flow-control counters of this process (see ADR 0012), as plain data.
+
+    ``connections``: per peer address, each open connection's ``queued`` bytes in its write
+    queue, the most it ever held (``max_queued``), its ``high_water`` mark, how often a
+    sender waited for room (``blocked``; ``overrun``: waits on the loop thread that gave up)
+    and whether reading it is paused (``throttled``). ``mailboxes``: per actor, the bytes of
+    messages in its mailbox (``held``) and the most it held (``max_held``), with the mark.
+    Call it from an actor to see that actor's proc.
+    """
+    rt = runtime()
+    conns: dict[str, list[dict[str, Any]]] = {}
+    for conn in list(rt.router.connections):
+        conns.setdefault(conn.label, []).append({
+            "queued": conn.queued, "max_queued": conn.max_queued,
+            "high_water": conn.high_water, "blocked": conn.blocked,
+            "overrun": conn.overrun, "throttled": conn.throttled,
+        })
+    boxes = {}
+    for uid, cell in list(rt.cells.items()):
+        backlog = getattr(cell, "backlog", None)
+        if backlog is not None:
+            boxes[uid] = {"held": backlog.added - backlog.taken, "max_held": backlog.most,
+                          "high_water": backlog.high}
+    return {"connections": conns, "mailboxes": boxes}

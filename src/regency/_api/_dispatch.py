@@ -62,7 +62,8 @@ def _spawn_actor(rt: Runtime, msg: dict[str, Any]) -> None:
     behavior = ActorBehavior(rt, msg, g)
     cell: Any
     if behavior.is_async:
-        cell = AsyncCell(behavior.uid, behavior, rt.loop, behavior.setup_context, rt.on_loop)
+        cell = AsyncCell(behavior.uid, behavior, rt.loop, behavior.setup_context, rt.on_loop,
+                         rt)
     else:
         cell = SyncCell(behavior.uid, behavior, behavior.setup_context, rt)
         behavior.before_reply = cell.before_reply

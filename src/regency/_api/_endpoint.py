@@ -194,7 +194,9 @@ def post_call(rt: Runtime, route: Route, uid: str, name: str, port: tuple[str, i
     fanout = route.tree.fanout if route.tree is not None else 0
     env = pickle.dumps((m.CALL, uid, name, port, route.cast, _sender(), fanout), 5)
     frame = [env, *payload]
+    make_room = rt.router.make_room
     for addr in route.current_hops(rt.dead_addrs) if rt.troubles else route.hops:
+        make_room(addr)  # flow control: a full write queue makes the sender wait (ADR 0012)
         rt.post(addr, frame)
 
 

@@ -11,6 +11,13 @@ mailbox, so ``__init__`` runs before any message and ``__cleanup__`` after all e
   reads goes back to the loop, in order.
 * Async actors run as one task on the proc's loop; ``await`` inside an endpoint does not let
   the next message in (``@concurrent_endpoint`` bodies are spawned as tasks by the behavior).
+  The task lets the loop run after every ``_TURN`` messages handled back to back, so a long
+  mailbox cannot hold up connecting, writing or reading for the rest of the process.
+
+Flow control (ADR 0012): each cell counts the bytes of the messages in its mailbox. Above
+``mailbox_high_water_bytes`` it asks the runtime to stop reading the connection the last
+one came on (:meth:`Runtime.backlogged`); once the mailbox is down to half the mark, it lets
+the runtime read it again.
 """
 
 from __future__ import annotations
@@ -30,6 +37,54 @@ from . import _messages as m
 log = logging.getLogger("regency.cell")
 
 _STOP = object()
+_TURN = 64  # messages an async cell handles before it lets the loop run
+
+
+def _size(frame: list[memoryview]) -> int:
+    return sum([b.nbytes for b in frame])
+
+
+class _Backlog:
+    """The bytes of messages in a mailbox, and the connections paused because of them.
+
+    ``added`` changes on the loop thread only, ``taken`` on the thread that drains the
+    mailbox only, so neither needs a lock.
+    """
+
+    __slots__ = ("added", "high", "low", "most", "paused", "posted", "rt", "taken")
+
+    def __init__(self, rt: Any) -> None:
+        self.rt = rt
+        self.high = rt.mailbox_high if rt is not None else 1 << 62
+        self.low = self.high // 2
+        self.added = 0
+        self.taken = 0
+        self.most = 0  # the most bytes the mailbox held (statistics)
+        self.paused: list[Any] = []  # connections this mailbox had the runtime pause
+        self.posted = False  # a ``resume`` is on its way to the loop
+
+    def add(self, frame: list[memoryview]) -> None:
+        """A message went into the mailbox (loop thread)."""
+        self.added += _size(frame)
+        held = self.added - self.taken
+        if held > self.most:
+            self.most = held
+        if held > self.high:
+            conn = self.rt.backlogged()
+            if conn is not None:
+                self.paused.append(conn)
+
+    def take(self, frame: list[memoryview]) -> bool:
+        """A message left the mailbox; whether paused connections may be read again now."""
+        self.taken += _size(frame)
+        return bool(self.paused) and not self.posted and self.added - self.taken <= self.low
+
+    def resume(self) -> None:
+        """Let the runtime read again what this mailbox had paused (loop thread)."""
+        self.posted = False
+        paused, self.paused = self.paused, []
+        for conn in paused:
+            self.rt.unthrottle(conn)
 
 
 class Behavior(Protocol):
@@ -59,12 +114,14 @@ class SyncCell:
         self._mine: collections.deque[Any] = collections.deque()  # read here, to run next
         self._paused: Any = None  # the source, paused by ``before_reply``
         self._waker = Waker() if runtime is not None and runtime.router.poller else None
+        self.backlog = _Backlog(runtime)
         self.thread = threading.Thread(target=self._run, name=f"regency-actor-{uid}", daemon=True)
         self.thread.start()
 
     def enqueue(self, env: tuple[Any, ...], frame: list[memoryview]) -> None:
-        """Queue a message (any thread)."""
+        """Queue a message (loop thread)."""
         self._queue.put((env, frame))
+        self.backlog.add(frame)
         waker = self._waker
         if waker is not None:
             source = self._rt.router.reading
@@ -95,10 +152,20 @@ class SyncCell:
             source = self._source
             if source is None or not self._queue.empty():
                 self._unpause()
-                return self._queue.get()
+                return self._get()
             self._read_idle(source)
         self._unpause()
         return mine.popleft()
+
+    def _get(self) -> Any:
+        """The next item of the mailbox, counted out of its backlog (actor thread)."""
+        item = self._queue.get()
+        if type(item) is tuple and item[0] is not None:
+            backlog = self.backlog
+            if backlog.take(item[1]):
+                backlog.posted = True
+                self._rt.call_soon(backlog.resume)
+        return item
 
     def before_reply(self) -> None:
         """About to answer a call (actor thread): if the next thing this thread does is
@@ -143,7 +210,7 @@ class SyncCell:
 
     def _run(self) -> None:
         self._setup()
-        get = self._queue.get if self._waker is None else self._next
+        get = self._get if self._waker is None else self._next
         handle = self.behavior.handle
         while True:
             item = get()
@@ -172,11 +239,13 @@ class AsyncCell:
         loop: asyncio.AbstractEventLoop,
         context_setup: Callable[[], None],
         on_loop: Callable[[], bool],
+        runtime: Any = None,
     ) -> None:
         self.uid = uid
         self.behavior = behavior
         self.loop = loop
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self.backlog = _Backlog(runtime)
         self._setup = context_setup
         self._on_loop = on_loop
         self.task = loop.create_task(self._run(), name=f"regency-actor-{uid}")
@@ -184,6 +253,7 @@ class AsyncCell:
     def enqueue(self, env: tuple[Any, ...], frame: list[memoryview]) -> None:
         """Queue a message (loop thread)."""
         self._queue.put_nowait((env, frame))
+        self.backlog.add(frame)
 
     def control(self, fn: Callable[[], Any]) -> None:
         """Queue ``fn()`` (may return an awaitable) after earlier messages; any thread."""
@@ -200,11 +270,19 @@ class AsyncCell:
         self._setup()
         get = self._queue.get
         handle = self.behavior.handle
+        backlog = self.backlog
+        turn = 0
         while True:
+            turn += 1
+            if turn >= _TURN:  # let the loop connect, write and read between messages
+                turn = 0
+                await asyncio.sleep(0)
             item = await get()
             if item is _STOP:
                 return
             env, payload = item
+            if env is not None and backlog.take(payload):
+                backlog.resume()
             result = None
             try:
                 result = payload() if env is None else handle(env, payload)

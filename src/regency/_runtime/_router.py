@@ -83,6 +83,8 @@ class Router:
         self.spin = 0.0  # seconds a thread reading a connection itself polls before sleeping
         self.reading: Connection | None = None  # the connection of the frame being handled
         self._inbound: dict[str, Connection] = {}  # per peer: where its frames last came in
+        self.high_water = int(config.get("send_high_water_bytes")) or (1 << 62)  # ADR 0012
+        self.loop_block_limit = float(config.get("loop_send_block_limit"))
 
     async def listen(self, address: str, identity: str | None = None) -> str:
         """Accept connections on ``address``; returns the bound address.
@@ -141,6 +143,14 @@ class Router:
             else:
                 reason = peer.dead or ConnectionResetError("connection closed")
         self._on_undeliverable(addr, frame, reason)
+
+    def make_room(self, addr: str) -> None:
+        """Flow control before a call or cast to ``addr`` (any thread): wait while the
+        connection's write queue is above its high-water mark (see ADR 0012)."""
+        peer = self.peers.get(addr)
+        conn = peer.conn if peer is not None else None
+        if conn is not None and conn.queued > conn.high_water:
+            conn.make_room()
 
     def is_dead(self, addr: str) -> bool:
         """Whether the connection to ``addr`` was lost (or never made)."""
@@ -221,6 +231,8 @@ class Router:
                           label=label, leftover=rest, allocate=POOL.allocate, tls=tls,
                           shm_min_bytes=int(config.get("shm_min_bytes")), shm_pool=self.shm_pool,
                           poller=self.poller)
+        conn.high_water = self.high_water
+        conn.loop_block_limit = self.loop_block_limit
         self.connections.add(conn)
         return conn
 

@@ -86,6 +86,10 @@ class Runtime:
         self._port_ids = itertools.count(1)
         self.stopping = False
         self.extra: dict[str, Any] = {}  # per-role state of the layers above
+        # flow control (ADR 0012): connections not read while a mailbox they feed is full
+        self.mailbox_high = int(config.get("mailbox_high_water_bytes")) or (1 << 62)
+        self.throttled: set[Any] = set()
+        self._untargeted: set[int] = set()  # open ports that may be answered from anywhere
 
     # -- threads ---------------------------------------------------------------------------
     def on_loop(self) -> bool:
@@ -129,12 +133,49 @@ class Runtime:
         self.ports[port_id] = handler
         if targets:
             self.port_targets[port_id] = targets
+        else:
+            self._untargeted.add(port_id)
+        if self.throttled:  # its reply must not wait behind flow control
+            self.call_soon(self._unthrottle_for, targets)
         return port_id
 
     def close_port(self, port_id: int) -> None:
         """Forget a port (late messages to it are dropped)."""
         self.ports.pop(port_id, None)
         self.port_targets.pop(port_id, None)
+        self._untargeted.discard(port_id)
+
+    # -- flow control (ADR 0012) --------------------------------------------------------------
+    def backlogged(self) -> Any:
+        """A mailbox is above its high-water mark (loop thread): stop reading the connection
+        whose frame is being handled, unless a reply may come on it. Returns the connection
+        paused, or None."""
+        conn = self.router.reading
+        if conn is None or conn.throttled or conn.closed or not self._may_throttle(conn):
+            return None
+        self.throttled.add(conn)
+        conn.throttle()
+        if not self._may_throttle(conn):  # a port opened on another thread meanwhile
+            self.unthrottle(conn)
+            return None
+        return conn
+
+    def _may_throttle(self, conn: Any) -> bool:
+        """Whether no open port waits on a reply that could come on ``conn``."""
+        if self._untargeted:
+            return False
+        label = conn.label
+        return not any(label in targets for targets in list(self.port_targets.values()))
+
+    def unthrottle(self, conn: Any) -> None:
+        """Read ``conn`` again (loop thread)."""
+        self.throttled.discard(conn)
+        conn.unthrottle()
+
+    def _unthrottle_for(self, targets: frozenset[str]) -> None:
+        for conn in list(self.throttled):
+            if not targets or conn.label in targets:
+                self.unthrottle(conn)
 
     def send_reply(self, port: tuple[str, int], rank: int | None, status: int, value: Any) -> None:
         """Send ``value`` to a port, from any thread."""

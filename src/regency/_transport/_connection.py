@@ -15,8 +15,18 @@ frames it was waiting for and hands the rest back to the loop in order (see ``_p
 
 Writing: if nothing is queued, the writer sends what the kernel takes right away; whatever
 is left (a partial send, or the socket buffer full) is queued, in order, and the loop
-flushes it with ``add_writer``. Frames written under the lock never interleave, so
-per-sender order is the send order.
+flushes it with ``add_writer``. A writer that finds a queue writes it first itself, so what
+is sent leaves however long the loop takes to come round to its writer callback (a loop
+busy with inbound work). Frames written under the lock never interleave, so per-sender
+order is the send order.
+
+Flow control (ADR 0012): ``queued`` counts the bytes waiting in the write queue.
+:meth:`make_room` is what a sender of a flow-controlled message calls first: above
+``high_water`` it waits, writing the queue itself with the GIL released, until the queue is
+down to half the mark (on the loop thread for at most ``loop_block_limit`` seconds). Replies
+and system messages never call it. :meth:`throttle` stops the loop from reading the
+connection (the receiving side's half: a mailbox fed by it is too full), so the peer's
+kernel buffer and then its queue fill, and it slows.
 
 Over a Unix socket, buffers of at least ``shm_min_bytes`` go through shared memory instead
 of the stream (:mod:`._shm`): the frame carries small attachment descriptors and the
@@ -38,6 +48,7 @@ import asyncio
 import collections
 import logging
 import os
+import select
 import socket
 import ssl
 import struct
@@ -113,6 +124,13 @@ class Connection:
         self._borrowers: list[Waker] = []  # threads waiting to read it themselves
         self._ending = False  # a borrower saw it end; the loop closes it
         self.taken = 0  # frames borrowers took (statistics)
+        self.queued = 0  # bytes in the write queue (flow control)
+        self.max_queued = 0  # the most it held (statistics)
+        self.high_water: int = _NO_LIMIT  # above it, ``make_room`` waits (set by the owner)
+        self.loop_block_limit = 1.0  # the longest ``make_room`` blocks the loop thread
+        self.throttled = False  # the loop does not read it (``throttle``)
+        self.blocked = 0  # waits in ``make_room`` (statistics)
+        self.overrun = 0  # waits on the loop thread that gave up (statistics)
 
     def fileno(self) -> int:
         """The socket's file descriptor."""
@@ -189,7 +207,7 @@ class Connection:
             end = self._drain(sink)
             if end is not None:
                 return end
-            if self.closed or (n < len(view) and n < _SMALL):
+            if self.closed or self.throttled or (n < len(view) and n < _SMALL):
                 break  # a short read drained the socket: skip the extra recv and its EAGAIN
         return None
 
@@ -277,8 +295,8 @@ class Connection:
         return poller is not None and not self.closed and poller.pause(self)
 
     def resume_reads(self) -> None:
-        """Undo ``pause_reads``."""
-        if self._poller is not None:
+        """Undo ``pause_reads`` (a throttled connection stays paused)."""
+        if self._poller is not None and not self.throttled:
             self._poller.resume(self)
 
     def read_here(self, take: Callable[[list[memoryview]], bool], waker: Waker,
@@ -323,7 +341,8 @@ class Connection:
                         end = self._read(_Taker(self, take), 1)
         finally:
             self._borrowers.remove(waker)
-            poller.resume(self)
+            if not self.throttled:
+                poller.resume(self)
             if self._handback:
                 self._to_loop(self._give_back_soon)
         if end is not None:
@@ -432,6 +451,8 @@ class Connection:
             if self.closed:
                 raise ConnectionResetError(f"connection to {self.label} is closed")
             if self._pending:
+                self._flush()  # the queue first, now: the loop may be busy for a while
+            if self._pending:
                 rest = _views(parts)
             else:
                 try:
@@ -461,6 +482,9 @@ class Connection:
                 else:
                     done = threading.Event()
             self._pending.extend(rest)
+            self.queued += sum(v.nbytes for v in rest)
+            if self.queued > self.max_queued:
+                self.max_queued = self.queued
             if done is not None:
                 self._pending.append(_Flushed(done))
             self._arm_writer()
@@ -484,56 +508,130 @@ class Connection:
 
     def _on_writable(self) -> None:
         with self._wlock:
-            pending = self._pending
-            while pending:
-                batch: list[memoryview] = []
-                fds: _shm.Lent | None = None
-                for item in pending:
-                    kind = type(item)
-                    if kind is _shm.Lent:
-                        if batch:
-                            break  # its descriptor goes with the first byte of its frame
-                        fds = item
-                        continue
-                    if kind is _Flushed or len(batch) == _IOV_MAX:
-                        break
-                    batch.append(item)
-                sent = 0
-                if batch:
-                    try:
-                        if fds is not None:
-                            sent = self.sock.sendmsg(batch, _ancillary(fds))
-                        else:
-                            sent = self.sock.sendmsg(batch)
-                    except (BlockingIOError, InterruptedError):
-                        return
-                    except OSError as exc:
-                        self.loop.call_soon(self._lost, exc)
-                        return
-                    self.last_activity = time.monotonic()
-                while pending:
-                    head = pending[0]
-                    if isinstance(head, _Flushed):
-                        head.event.set()
-                        pending.popleft()
-                        continue
-                    if isinstance(head, _shm.Lent):
-                        if head is not fds or not sent:
-                            break
-                        head.close()
-                        pending.popleft()
-                        continue
-                    if sent >= head.nbytes:
-                        sent -= head.nbytes
-                        pending.popleft()
-                        continue
-                    if sent:
-                        pending[0] = head[sent:]
+            if self._flush():
+                self._writer_armed = False
+                self.loop.remove_writer(self._fd)
+
+    def _flush(self) -> bool:
+        """Write what the queue holds until the kernel takes no more (write lock held, any
+        thread). Returns whether the queue is empty now."""
+        pending = self._pending
+        while pending:
+            batch: list[memoryview] = []
+            fds: _shm.Lent | None = None
+            for item in pending:
+                kind = type(item)
+                if kind is _shm.Lent:
+                    if batch:
+                        break  # its descriptor goes with the first byte of its frame
+                    fds = item
+                    continue
+                if kind is _Flushed or len(batch) == _IOV_MAX:
                     break
-                if pending and not isinstance(pending[0], _Flushed) and sent == 0 and batch:
-                    return  # the kernel buffer is full again; wait for the next event
-            self._writer_armed = False
-            self.loop.remove_writer(self._fd)
+                batch.append(item)
+            sent = 0
+            if batch:
+                try:
+                    if fds is not None:
+                        sent = self.sock.sendmsg(batch, _ancillary(fds))
+                    else:
+                        sent = self.sock.sendmsg(batch)
+                except (BlockingIOError, InterruptedError):
+                    return False
+                except OSError as exc:
+                    self._to_loop(self._lost, exc)
+                    return False
+                self.last_activity = time.monotonic()
+                self.queued -= sent
+            while pending:
+                head = pending[0]
+                if isinstance(head, _Flushed):
+                    head.event.set()
+                    pending.popleft()
+                    continue
+                if isinstance(head, _shm.Lent):
+                    if head is not fds or not sent:
+                        break
+                    head.close()
+                    pending.popleft()
+                    continue
+                if sent >= head.nbytes:
+                    sent -= head.nbytes
+                    pending.popleft()
+                    continue
+                if sent:
+                    pending[0] = head[sent:]
+                break
+            if pending and not isinstance(pending[0], _Flushed) and sent == 0 and batch:
+                return False  # the kernel buffer is full again; wait for the next event
+        return True
+
+    # -- flow control ----------------------------------------------------------------------
+    def make_room(self) -> None:
+        """Wait while the write queue is above ``high_water`` (any thread; flow control).
+
+        Called before sending a message that may wait (a call or a cast; never a reply or a
+        system message). The caller writes the queue itself while it waits, with the GIL
+        released between writes, until the queue is down to half the mark or the connection
+        closes. On the loop thread nothing else runs meanwhile, so there the wait ends after
+        ``loop_block_limit`` seconds at the latest (a way out of two loops each waiting for
+        the other to read); the message is then queued above the mark.
+        """
+        if self.queued <= self.high_water:
+            return
+        self.blocked += 1
+        low = self.high_water // 2
+        deadline = time.monotonic() + self.loop_block_limit if self._on_loop() else None
+        poll = select.poll()
+        poll.register(self._fd, select.POLLOUT)
+        while True:
+            with self._wlock:
+                if self.closed:
+                    return
+                if self._pending:
+                    self._flush()
+                if self.queued <= low:
+                    return
+            wait = _ROOM_POLL_S
+            if deadline is not None:
+                wait = min(wait, deadline - time.monotonic())
+                if wait <= 0:
+                    self.overrun += 1
+                    if self.overrun == 1:
+                        log.warning("regency: the event loop waited %.1fs for room to send "
+                                    "to %s; queueing above the high-water mark",
+                                    self.loop_block_limit, self.label)
+                    return
+            try:
+                poll.poll(int(wait * 1000) + 1)
+            except OSError:
+                return
+
+    def throttle(self) -> None:
+        """Stop the loop from reading this connection until ``unthrottle`` (loop thread).
+
+        A hang-up is still seen: the inner ``epoll`` reports it whatever the registration.
+        """
+        if self.throttled or self.closed:
+            return
+        self.throttled = True
+        if self._poller is not None:
+            self._poller.pause(self)
+        else:
+            self.loop.remove_reader(self._fd)
+
+    def unthrottle(self) -> None:
+        """Undo ``throttle`` (loop thread)."""
+        if not self.throttled:
+            return
+        self.throttled = False
+        if self.closed:
+            return
+        if self._poller is not None:
+            if not self._borrowers:
+                self._poller.resume(self)  # else the borrower resumes it when it is done
+        else:
+            self.loop.add_reader(self._fd, self._on_readable)
 
     # -- closing ---------------------------------------------------------------------------
     def close(self) -> None:
@@ -568,6 +666,7 @@ class Connection:
                 elif isinstance(item, _shm.Lent):
                     item.close()
             self._pending.clear()
+            self.queued = 0
             while self._fdq:
                 os.close(self._fdq.popleft())
         if self._pool is not None:
@@ -618,6 +717,8 @@ class _Flushed:
 
 
 _SMALL = 64 * 1024
+_NO_LIMIT = 1 << 62
+_ROOM_POLL_S = 0.1  # a waiting sender looks at ``closed`` at least this often
 
 
 def _borrows(views: list[memoryview]) -> bool:
