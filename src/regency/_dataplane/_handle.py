@@ -42,8 +42,3 @@ class Descriptor:
     def on_device(self) -> bool:
         """Whether the registered memory is CUDA device memory."""
         return self.device >= 0
-
-    @property
-    def owner_key(self) -> str:
-        """Names the owner process across hosts (for caches of its mappings)."""
-        return f"{self.owner.host_key}:{self.owner.pid}"
