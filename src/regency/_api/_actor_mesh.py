@@ -11,6 +11,7 @@ from .._mesh import MeshTrait, Shape
 from .._runtime._completion import Completion
 from .._runtime._pickling import dumps
 from .._runtime._relay import Tree
+from .._wire._messages import SYSTEM_ENDPOINT, StopActor
 from ._actor import Actor, EndpointProperty, NotAnEndpoint, endpoints_of, is_async_actor
 from ._bootstrap import runtime
 from ._dispatch import supervisor
@@ -161,12 +162,12 @@ class ActorMesh(MeshTrait):
         port = countdown_port(len(live), done)  # a dead member has nothing to stop
         route = self._route
         if route.tree is not None:  # down the tree the calls before it took: after them
-            data, buffers = dumps({"uid": self._uid, "reason": reason, "port": port})
-            post_call(rt, route, self._uid, "sys:stop_actor", None, [data, *buffers])
+            data, buffers = dumps(StopActor(self._uid, reason, port))
+            post_call(rt, route, self._uid, SYSTEM_ENDPOINT + StopActor.KIND, None,
+                      [data, *buffers])
             return Future._from(done)
         for g in live:
-            rt.send_sys(self._proc_addrs[g], "stop_actor", uid=self._uid, reason=reason,
-                        port=port)
+            rt.send_sys(self._proc_addrs[g], StopActor(self._uid, reason, port))
         return Future._from(done)
 
     def __reduce__(self) -> tuple[Any, ...]:

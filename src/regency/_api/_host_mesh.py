@@ -13,6 +13,7 @@ import cloudpickle
 
 from .. import config
 from .._mesh import MeshTrait, Shape
+from .._wire._messages import SpawnProcs
 from ._bootstrap import runtime
 from ._dispatch import supervisor
 from ._future import Future, completed
@@ -126,13 +127,15 @@ class HostMesh(MeshTrait):
                 "host_agents": tuple(agents),
                 "bootstrap": _pickled(bootstrap), "config": config.get_runtime_config()}
         supervisor(rt).mesh_spawned(uid, _owner_uid(), "proc", name, shape, tuple(addrs))
-        here = {"env": dict(os.environ), "cwd": os.getcwd(), "sys_path": list(sys.path)}
         for agent, procs in requests.items():
             # procs on this machine start in our current environment; a worker's procs in
             # the worker's own (its paths, its interpreter), as Monarch does
-            where = here if agent in rt.my_addresses else {}
-            rt.send_sys(agent, "spawn_procs", procs=procs, spec=spec, owner=rt.contact,
-                        mesh_uid=uid, **where)
+            if agent in rt.my_addresses:
+                msg = SpawnProcs(procs, spec, rt.contact, uid, dict(os.environ), os.getcwd(),
+                                 list(sys.path))
+            else:
+                msg = SpawnProcs(procs, spec, rt.contact, uid)
+            rt.send_sys(agent, msg)
         return ProcMesh(uid, name, shape, tuple(addrs), tuple(agents))
 
     def shutdown(self) -> Future[None]:

@@ -50,7 +50,7 @@ def countdown_port(n: int, done: Completion) -> tuple[str, int]:
     rt = runtime()
     left = {"n": n}
 
-    def ack(env: tuple[Any, ...], frame: list[memoryview]) -> None:
+    def ack(reply: Any, frame: list[memoryview]) -> None:
         left["n"] -= 1
         if left["n"] <= 0:
             rt.close_port(port_id)

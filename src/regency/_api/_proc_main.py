@@ -19,6 +19,7 @@ from .. import config
 from .._mesh import Point, Shape
 from .._runtime import _current
 from .._runtime._runtime import Runtime
+from .._wire._messages import ProcReady, StopProc
 from . import _dispatch
 from ._context import Context, Instance, set_context
 
@@ -41,10 +42,10 @@ def run_proc(spec: dict[str, Any]) -> int:
     stop = asyncio.Event()
     tasks: set[asyncio.Task[None]] = set()
 
-    def on_stop(msg: dict[str, Any]) -> None:
+    def on_stop(msg: StopProc) -> None:
         tasks.add(rt.loop.create_task(_stop(rt, stop)))
 
-    rt.sys_handlers["stop_proc"] = on_stop
+    rt.handle(StopProc, on_stop)
 
     def lost(addr: str, exc: BaseException | None) -> None:
         if addr == host_agent:
@@ -60,8 +61,7 @@ async def _serve(rt: Runtime, spec: dict[str, Any], stop: asyncio.Event) -> int:
     error = await _bootstrap(spec)
     if error is not None:
         rt.extra["bootstrap_error"] = error  # actors spawned here fail, saying why
-    rt.send_sys(spec["host_agent"], "proc_ready", addr=rt.address, pid=os.getpid(), error=error,
-                physical=rt.bound_address)
+    rt.send_sys(spec["host_agent"], ProcReady(rt.address, os.getpid(), error, rt.bound_address))
     await stop.wait()
     return 0
 

@@ -4,14 +4,14 @@
 from __future__ import annotations
 
 import inspect
-import pickle
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import config
 from .._mesh import MeshTrait, Shape
-from .._runtime import _messages as m
 from .._runtime._completion import Completion
 from .._runtime._pickling import describe_unpicklable, dumps, dumps_inband
+from .._wire import _messages as m
+from .._wire import system_header
 from ..errors import SupervisionError
 from ._actor import Actor
 from ._actor_mesh import ActorMesh, _check_spawnable
@@ -91,13 +91,11 @@ class ProcMesh(MeshTrait):
             raise TypeError(f"spawn of {Class.__qualname__}: {describe_unpicklable(args, kwargs)}"
                             ) from exc
         fanout = int(config.get("max_cast_fanout"))
-        payload = {"uid": uid, "name": name, "body": body, "class_name": _qualname(Class),
-                   "fanout": fanout,
-                   "shape": shape, "proc_addrs": self._proc_addrs, "owner": rt.contact,
-                   "owner_uid": _owner_uid(), "creator": _creator(), "ack": ack_port,
-                   "proc_mesh": self}
-        data, buffers = dumps(payload)
-        frame = [pickle.dumps((m.SYS, "spawn_actor")), data, *buffers]
+        payload = m.SpawnActor(uid, name, body, _qualname(Class), fanout, shape,
+                               self._proc_addrs, rt.contact, _owner_uid(), _creator(), ack_port,
+                               self)
+        data, buffers = dumps(payload)  # pickled once for every proc
+        frame = [system_header(payload.KIND), data, *buffers]
         supervisor(rt).mesh_spawned(uid, _owner_uid(), "actor", name, shape, self._proc_addrs,
                                     _qualname(Class))  # before any member can fail
         for g in shape.ranks():
@@ -138,7 +136,7 @@ class ProcMesh(MeshTrait):
         done = Completion(f"proc mesh {self._uid} to stop")
         port = countdown_port(len(by_agent), done)
         for agent, addrs in by_agent.items():
-            rt.send_sys(agent, "stop_procs", addrs=addrs, reason=reason, port=port)
+            rt.send_sys(agent, m.StopProcs(addrs, reason, port))
         return Future._from(done)
 
     async def logging_option(self, stream_to_client: bool = True,

@@ -15,16 +15,17 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .. import config
 from .._mesh import Shape
 from .._runtime import _current
-from .._runtime import _messages as m
 from .._runtime._host_agent import HostAgent
 from .._runtime._runtime import Runtime
 from .._runtime._secret import require_secret
 from .._transport import Address
+from .._wire import _messages as m
 from ..errors import TransportError
 from . import _dispatch
 from ._bootstrap import runtime
@@ -45,37 +46,36 @@ class WorkerService:
         self.last_heartbeat = 0.0
         self.lease = 5.0
         self.done: asyncio.Future[int] = rt.loop.create_future()
-        h = rt.sys_handlers
-        h["attach"] = self._on_attach
-        h["heartbeat"] = self._on_heartbeat
-        h["release"] = self._on_release
+        rt.handle(m.Attach, self._on_attach)
+        rt.handle(m.Heartbeat, self._on_heartbeat)
+        rt.handle(m.Release, self._on_release)
         rt.peer_lost_hooks.append(self._on_peer_lost)
 
-    def _on_attach(self, msg: dict[str, Any]) -> None:
-        who = msg["controller"]
+    def _on_attach(self, msg: m.Attach) -> None:
+        who = msg.controller
         if self.controller is not None and self.controller != who:
-            self.rt.send_reply(msg["port"], None, m.RAW_ERROR, TransportError(
+            self.rt.send_reply(msg.port, None, m.RAW_ERROR, TransportError(
                 f"worker {self.rt.address} is busy serving controller {self.controller}"))
             return
         self.controller = who
         self.agent.forward_to = who
-        self.lease = float(msg.get("lease", 5.0))
+        self.lease = float(msg.lease)
         self.last_heartbeat = time.monotonic()
         log.info("regency worker: serving controller %s", who)
-        self.rt.send_reply(msg["port"], None, m.OK,
+        self.rt.send_reply(msg.port, None, m.OK,
                            {"host": self.rt.hostname, "pid": os.getpid()})
 
-    def _on_heartbeat(self, msg: dict[str, Any]) -> None:
-        if msg["controller"] == self.controller:
+    def _on_heartbeat(self, msg: m.Heartbeat) -> None:
+        if msg.controller == self.controller:
             self.last_heartbeat = time.monotonic()
-            self.rt.send_reply(msg["port"], None, m.OK, None)
+            self.rt.send_reply(msg.port, None, m.OK, None)
 
-    def _on_release(self, msg: dict[str, Any]) -> None:
-        if msg["controller"] != self.controller:
+    def _on_release(self, msg: m.Release) -> None:
+        if msg.controller != self.controller:
             return
         self._detach("released by its controller")
-        self.rt.send_reply(msg["port"], None, m.OK, None)
-        if msg.get("exit") and not self.done.done():
+        self.rt.send_reply(msg.port, None, m.OK, None)
+        if msg.exit and not self.done.done():
             self.rt.loop.call_later(0.05, self.done.set_result, 0)
 
     def _on_peer_lost(self, addr: str, exc: BaseException | None) -> None:
@@ -213,24 +213,26 @@ def attach_to_workers(workers: list[str], ca: str = "trust_all_connections",
     return HostMesh(Shape.from_sizes(["hosts"], [len(agents)]), agents, owned=True)
 
 
-async def _ask(rt: Runtime, addr: str, kind: str, timeout: float, **kwargs: Any) -> Any:
+async def _ask(rt: Runtime, addr: str, make: Callable[[m.PortRef, str], m.SystemMessage],
+               timeout: float) -> Any:
+    """Send ``make(reply port, our contact)`` to the worker at ``addr``; await its answer."""
     loop = asyncio.get_running_loop()
     fut: asyncio.Future[Any] = loop.create_future()
 
-    def on_reply(env: tuple[Any, ...], frame: list[memoryview]) -> None:
+    def on_reply(reply: m.Reply, frame: list[memoryview]) -> None:
         rt.close_port(port_id)
         from ._replies import decode, to_exception
 
         value = decode(frame)
         if fut.done():
             return
-        if env[3] == m.OK:
+        if reply.status == m.OK:
             fut.set_result(value)
         else:
-            fut.set_exception(to_exception(env[3], value))
+            fut.set_exception(to_exception(reply.status, value))
 
     port_id = rt.open_port(on_reply, frozenset({addr}))
-    rt.send_sys(addr, kind, port=(rt.contact, port_id), controller=rt.contact, **kwargs)
+    rt.send_sys(addr, make((rt.contact, port_id), rt.contact))
     return await asyncio.wait_for(fut, timeout)
 
 
@@ -240,7 +242,7 @@ async def _attach_all(rt: Runtime, agents: tuple[str, ...], contact: str) -> Non
 
     async def one(agent: str) -> None:
         try:
-            await _ask(rt, agent, "attach", timeout, lease=lease)
+            await _ask(rt, agent, lambda port, me: m.Attach(port, me, lease), timeout)
         except (asyncio.TimeoutError, TimeoutError) as exc:
             why = rt.dead_addrs.get(agent, "no answer")
             raise TransportError(f"cannot attach to worker {agent}: {why}") from exc
@@ -278,7 +280,8 @@ async def _heartbeat(rt: Runtime) -> None:
 
 async def _beat(rt: Runtime, agent: str, beats: dict[str, float]) -> None:
     try:
-        await _ask(rt, agent, "heartbeat", float(config.get("host_lost_timeout")))
+        await _ask(rt, agent, lambda port, me: m.Heartbeat(port, me),
+                   float(config.get("host_lost_timeout")))
     except Exception:
         return
     if agent in beats:
@@ -295,7 +298,8 @@ def release_workers(rt: Runtime, agents: tuple[str, ...], exit: bool) -> None:
         return
 
     async def go() -> None:
-        await asyncio.gather(*(_ask(rt, a, "release", 10.0, exit=exit) for a in agents),
-                             return_exceptions=True)
+        await asyncio.gather(
+            *(_ask(rt, a, lambda port, me: m.Release(port, me, exit), 10.0) for a in agents),
+            return_exceptions=True)
 
     rt.run_sync(go, timeout=15)

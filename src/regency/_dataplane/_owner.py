@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any
 
-from .._runtime import _messages as m
 from .._runtime._runtime import Runtime
 from .._transport import Address
+from .._wire import _messages as m
+from .._wire._messages import RdmaDrop
 from ._registry import registry
 from ._server import DataServer
 
@@ -58,11 +58,11 @@ def ensure_owner(rt: Runtime) -> DataServer:
                 old.close()
             server = DataServer(rt.secret, registry(), job=rt.job, tcp_host=_tcp_host(rt))
             _last[:] = [server]
-            rt.sys_handlers["rdma_drop"] = lambda msg: _on_drop(rt, msg)
+            rt.handle(RdmaDrop, lambda msg: _on_drop(rt, msg))
             rt.extra[_KEY] = server
     return server
 
 
-def _on_drop(rt: Runtime, msg: dict[str, Any]) -> None:
-    found = registry().drop(msg["reg_id"], msg["key"])
-    rt.send_reply(msg["port"], None, m.OK, found)
+def _on_drop(rt: Runtime, msg: RdmaDrop) -> None:
+    found = registry().drop(msg.reg_id, msg.key)
+    rt.send_reply(msg.port, None, m.OK, found)
