@@ -18,6 +18,7 @@ from ._dispatch import supervisor
 from ._endpoint import Endpoint, post_call
 from ._future import Future, completed
 from ._mesh_state import _state, countdown_port
+from ._state import api_state
 
 __all__ = ["ActorMesh", "Route"]
 
@@ -118,12 +119,13 @@ class ActorMesh(MeshTrait):
 
     def _dead_reason(self, route: Route) -> str | None:
         rt = runtime()
-        st = rt.extra.get("mesh_state", {}).get(self._uid)
+        api = api_state(rt)
+        st = api.mesh_state.get(self._uid)
         if st is not None and st.stopped_ranks:
             hit = [g for g in route.ranks if g in st.stopped_ranks]
             if hit:
                 return f"rank(s) {hit} of mesh {self._uid} were stopped ({st.stop_reason})"
-        failed: dict[int, Any] = rt.extra.get("failed_ranks", {}).get(self._uid, {})
+        failed = api.failed_ranks.get(self._uid, {})
         dead = rt.dead_addrs
         if not failed and not dead:
             return None
@@ -138,7 +140,7 @@ class ActorMesh(MeshTrait):
     @property
     def initialized(self) -> Future[None]:
         """Resolves when every member has been created (even if its ``__init__`` failed)."""
-        st = runtime().extra.get("mesh_state", {}).get(self._uid)
+        st = api_state(runtime()).mesh_state.get(self._uid)
         if st is None:
             return completed(None)
         return Future._from(st.ready)

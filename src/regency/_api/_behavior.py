@@ -78,7 +78,8 @@ class ActorBehavior:
         self.cleaned = False  # __cleanup__ ran (it runs at most once)
         self.faults: dict[str, m.Fault] = {}  # injected by regency.testing
         self.before_reply: Callable[[], None] | None = None  # set by a sync actor's cell
-        self._status = rt.extra.get("status")  # shared with the host agent: endpoint in flight
+        self._status = rt.status_page  # shared with the host agent: the endpoint in flight
+        self.failed_exc: BaseException | None = None  # why it failed, for __cleanup__
         self._status_names: dict[str, bytes] = {}
 
     # -- construction ------------------------------------------------------------------------
@@ -132,7 +133,7 @@ class ActorBehavior:
             if self._status is not None:
                 self._status[:1] = b"\0"  # nothing in flight
         if self.failure is not None and not self.cleaned:
-            self.cleanup(self.rt.extra.get("failed_exc", {}).get(self.uid))
+            self.cleanup(self.failed_exc)
         return None
 
     async def _handle_async(self, call: m.Call, frame: list[memoryview]) -> None:
@@ -183,7 +184,7 @@ class ActorBehavior:
             if self._status is not None:
                 self._status[:1] = b"\0"  # nothing in flight
         if self.failure is not None and not self.cleaned:
-            await self._cleanup_async(self.rt.extra.get("failed_exc", {}).get(self.uid))
+            await self._cleanup_async(self.failed_exc)
 
     def _prepare(self, name: str, port: Any, frame: list[memoryview]) -> tuple[Any, bool, Any, Any]:
         args, kwargs = loads(frame[1], frame[2:])
@@ -291,7 +292,7 @@ class ActorBehavior:
             actor_class=self.class_name, endpoint=endpoint, host=self.rt.hostname,
             pid=self.rt.pid, cause=cause, traceback=tb, chain=list(chain or []),
         )
-        self.rt.extra.setdefault("failed_exc", {})[self.uid] = exc
+        self.failed_exc = exc
         self.rt.send_sys(self.owner, m.ActorFailed(self.uid, self.g, self.failure,
                                                    self.owner_uid))
 
@@ -332,7 +333,7 @@ class ActorBehavior:
             failure, mesh_name=self.uid, ranks=[self.local], coords=[dict(self.rank)],
             actor_class=self.class_name, host=self.rt.hostname, pid=self.rt.pid)
         exc = SupervisionError(failure.cause, failure)
-        self.rt.extra.setdefault("failed_exc", {})[self.uid] = exc
+        self.failed_exc = exc
         self.rt.send_sys(self.owner, m.ActorFailed(self.uid, self.g, failure, self.owner_uid))
         return self.cleanup(exc)
 

@@ -32,6 +32,6 @@ def get_or_spawn_controller(name: str, Class: type[T], *args: Any, **kwargs: Any
             done.set_exception(to_exception(reply.status, value))
 
     port_id = rt.open_port(on_reply)
-    rt.send_sys(rt.extra["root"], GetOrSpawnController(name, Class, args, kwargs,
+    rt.send_sys(rt.root, GetOrSpawnController(name, Class, args, kwargs,
                                                        (rt.contact, port_id)))
     return Future._from(done)

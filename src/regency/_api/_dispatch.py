@@ -20,6 +20,7 @@ from .._runtime._runtime import Runtime
 from .._wire import _messages as m
 from ..errors import MeshFailure, SupervisionError
 from ._behavior import ActorBehavior
+from ._state import api_state
 from ._supervisor import Supervisor
 
 log = logging.getLogger("regency.dispatch")
@@ -36,7 +37,7 @@ def install(rt: Runtime) -> None:
     rt.handle(m.Fault, lambda msg: _fault(rt, msg))
     rt.handle(m.ProcOutput, lambda msg: write_lines(msg.label, msg.stream, msg.lines))
     rt.peer_lost_hooks.append(lambda addr, exc: _peer_lost(rt, addr, exc))
-    rt.extra["supervisor"] = Supervisor(rt)
+    api_state(rt).supervisor = Supervisor(rt)
 
 
 # -- actors ----------------------------------------------------------------------------------
@@ -46,7 +47,7 @@ def _spawn_actor(rt: Runtime, msg: m.SpawnActor) -> None:
     except ValueError:
         return
     _register_tree(rt, msg, g)
-    why = rt.extra.get("bootstrap_error")
+    why = rt.bootstrap_error
     if why is None:
         try:
             cls, args, kwargs = pickle.loads(msg.body)
@@ -143,20 +144,21 @@ def _stop_actor(rt: Runtime, msg: m.StopActor) -> None:
 
 def stop_owned(rt: Runtime, owner_uid: str) -> None:
     """A mesh never outlives its owner: stop what the actor ``owner_uid`` spawned."""
-    for info in rt.extra.get("proc_meshes", {}).values():
-        st = info["state"]
-        if info["owner_uid"] != owner_uid or st.stopped:
+    api = api_state(rt)
+    for info in api.proc_meshes.values():
+        st = info.state
+        if info.owner_uid != owner_uid or st.stopped:
             continue
         st.stopped = "its owner stopped"
-        st.stopped_ranks.update(range(len(info["addr_list"])))
+        st.stopped_ranks.update(range(len(info.addr_list)))
         by_agent: dict[str, list[str]] = {}
-        for addr, agent in zip(info["addr_list"], info["agents"]):
+        for addr, agent in zip(info.addr_list, info.agents):
             by_agent.setdefault(agent, []).append(addr)
         for agent, addrs in by_agent.items():
             rt.send_sys(agent, m.StopProcs(addrs, "its owner stopped", None))
-    for uid, rec in list(rt.extra.get("owned", {}).items()):
-        if rec["owner_uid"] == owner_uid:
-            for addr in {rec["proc_addrs"][g] for g in rec["shape"].ranks()}:
+    for uid, rec in list(api.owned.items()):
+        if rec.owner_uid == owner_uid:
+            for addr in {rec.proc_addrs[g] for g in rec.shape.ranks()}:
                 rt.send_sys(addr, m.StopActor(uid, "its owner stopped", None))
 
 
@@ -211,11 +213,11 @@ async def stop_everything(rt: Runtime, timeout: float) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     by_agent: dict[str, list[str]] = {}
-    for info in rt.extra.get("proc_meshes", {}).values():
-        if info["state"].stopped:
+    for info in api_state(rt).proc_meshes.values():
+        if info.state.stopped:
             continue
-        info["state"].stopped = "shutdown"
-        for addr, agent in zip(info["addr_list"], info["agents"]):
+        info.state.stopped = "shutdown"
+        for addr, agent in zip(info.addr_list, info.agents):
             by_agent.setdefault(agent, []).append(addr)
     acked: asyncio.Future[None] = loop.create_future()
     left = {"n": len(by_agent)}
@@ -239,22 +241,22 @@ async def stop_everything(rt: Runtime, timeout: float) -> None:
     if rt.background:
         await asyncio.gather(*rt.background, return_exceptions=True)
     await stop_cells(rt, max(0.1, deadline - loop.time()))
-    agent = rt.extra.get("agent")
-    if agent is not None:
-        agent.shutdown()
+    if rt.agent is not None:
+        rt.agent.shutdown()
     await rt.router.aclose()
 
 
 # -- failures at owners ------------------------------------------------------------------------
 def supervisor(rt: Runtime) -> Supervisor:
     """The supervisor of ``rt`` (installed with the handlers)."""
-    sup: Supervisor = rt.extra["supervisor"]
+    sup = api_state(rt).supervisor
+    assert sup is not None, "the API layer's handlers are installed with the runtime"
     return sup
 
 
 def _actor_failed(rt: Runtime, msg: m.ActorFailed) -> None:
     failure: MeshFailure = msg.failure
-    rt.extra.setdefault("failed_ranks", {}).setdefault(msg.uid, {})[msg.rank] = failure
+    api_state(rt).failed_ranks.setdefault(msg.uid, {})[msg.rank] = failure
     rt.troubles += 1
     sup = supervisor(rt)
     if msg.uid in sup._shapes:
@@ -269,10 +271,10 @@ def _actor_failed(rt: Runtime, msg: m.ActorFailed) -> None:
 
 
 def _proc_up(rt: Runtime, msg: m.ProcUp) -> None:
-    info = rt.extra.get("proc_meshes", {}).get(msg.mesh_uid)
+    info = api_state(rt).proc_meshes.get(msg.mesh_uid)
     if info is None:
         return
-    st = info["state"]
+    st = info.state
     if msg.error:
         why = f"proc {msg.addr} failed to start: {msg.error}"
         st.ready.set_exception(SupervisionError(why))
@@ -284,18 +286,18 @@ def _proc_up(rt: Runtime, msg: m.ProcUp) -> None:
 
 def _proc_exited(rt: Runtime, msg: m.ProcExited, drain: bool = True) -> None:
     addr = msg.addr
-    info = rt.extra.get("proc_meshes", {}).get(msg.mesh_uid)
+    info = api_state(rt).proc_meshes.get(msg.mesh_uid)
     rt.mark_dead(addr, f"the proc {msg.cause}")
-    if info is not None and not info["state"].ready.done():
-        info["state"].ready.set_exception(SupervisionError(f"proc {addr} {msg.cause}"))
+    if info is not None and not info.state.ready.done():
+        info.state.ready.set_exception(SupervisionError(f"proc {addr} {msg.cause}"))
     supervisor(rt).proc_exited(msg, drain=drain)
 
 
 def host_lost(rt: Runtime, agent: str, why: str) -> None:
     """A worker host stopped answering: every proc there is lost, through supervision."""
     rt.mark_dead(agent, why)
-    for uid, info in list(rt.extra.get("proc_meshes", {}).items()):
-        for rank, (addr, a) in enumerate(zip(info["addr_list"], info["agents"])):
+    for uid, info in list(api_state(rt).proc_meshes.items()):
+        for rank, (addr, a) in enumerate(zip(info.addr_list, info.agents)):
             if a == agent and addr not in rt.dead_addrs:
                 _proc_exited(rt, m.ProcExited(addr, None, f"was lost: {why}", False, uid, rank,
                                               agent, []),
@@ -323,7 +325,7 @@ def _fault(rt: Runtime, msg: m.Fault) -> None:
 def _get_or_spawn_controller(rt: Runtime, msg: m.GetOrSpawnController) -> None:
     from ._bootstrap import this_proc
 
-    table: dict[str, Any] = rt.extra.setdefault("controllers", {})
+    table = api_state(rt).controllers
     name = msg.name
     port = msg.port
     try:

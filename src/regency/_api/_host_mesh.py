@@ -19,6 +19,7 @@ from ._dispatch import supervisor
 from ._future import Future, completed
 from ._mesh_state import _owner_uid, _state, _token
 from ._proc_mesh import ProcMesh
+from ._state import ProcMeshRecord, api_state
 
 __all__ = ["HostMesh"]
 
@@ -119,10 +120,9 @@ class HostMesh(MeshTrait):
                 requests.setdefault(agent, []).append(
                     {"addr": addr, "rank": rank, "label": f"{name} {dict(shape.point(rank))}"})
         st = _state(uid, len(addrs))
-        rt.extra.setdefault("proc_meshes", {})[uid] = {
-            "state": st, "addrs": set(addrs), "addr_list": addrs, "agents": agents,
-            "owner_uid": _owner_uid(), "name": name, "shape": shape}
-        spec = {"job": rt.job, "root": rt.extra["root"], "mesh_uid": uid,
+        api_state(rt).proc_meshes[uid] = ProcMeshRecord(st, addrs, agents, _owner_uid(), name,
+                                                        shape)
+        spec = {"job": rt.job, "root": rt.root, "mesh_uid": uid,
                 "mesh_name": name, "shape": shape, "proc_addrs": tuple(addrs),
                 "host_agents": tuple(agents),
                 "bootstrap": _pickled(bootstrap), "config": config.get_runtime_config()}
@@ -156,9 +156,9 @@ class HostMesh(MeshTrait):
         agents = tuple(self._agents[g] for g in self._shape_.ranks())
         rt = runtime()
         remote = tuple(a for a in agents if a.startswith("tcp:"))
-        for info in rt.extra.get("proc_meshes", {}).values():
-            if any(a in agents for a in info["agents"]):
-                info["state"].stopped = info["state"].stopped or "host mesh stopped"
+        for info in api_state(rt).proc_meshes.values():
+            if any(a in agents for a in info.agents):
+                info.state.stopped = info.state.stopped or "host mesh stopped"
         if remote:
             release_workers(rt, remote, exit)
         return completed(None)

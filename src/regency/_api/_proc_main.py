@@ -31,13 +31,15 @@ def run_proc(spec: dict[str, Any]) -> int:
     rt = Runtime(secret=spec["secret"], job=spec["job"], role="proc")
     _current.set_runtime(rt)
     host_agent = spec["host_agent"]
-    rt.extra.update(root=spec["root"], host_agent=host_agent, proc_uid=spec["mesh_uid"],
-                    proc_rank=spec["rank"])
+    rt.root = spec["root"]
+    rt.host_agent = host_agent
+    rt.proc_uid = spec["mesh_uid"]
+    rt.proc_rank = spec["rank"]
     _dispatch.install(rt)
     for fd in spec.get("extra_fds", [])[:1]:
         import mmap
 
-        rt.extra["status"] = mmap.mmap(fd, 0)  # where we say which endpoint runs
+        rt.status_page = mmap.mmap(fd, 0)  # where we say which endpoint runs
         os.close(fd)
     stop = asyncio.Event()
     tasks: set[asyncio.Task[None]] = set()
@@ -60,7 +62,7 @@ async def _serve(rt: Runtime, spec: dict[str, Any], stop: asyncio.Event) -> int:
     await rt.start(spec.get("bind", spec["addr"]), identity=spec["addr"])
     error = await _bootstrap(spec)
     if error is not None:
-        rt.extra["bootstrap_error"] = error  # actors spawned here fail, saying why
+        rt.bootstrap_error = error  # actors spawned here fail, saying why
     rt.send_sys(spec["host_agent"], ProcReady(rt.address, os.getpid(), error, rt.bound_address))
     await stop.wait()
     return 0

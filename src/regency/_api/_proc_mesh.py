@@ -19,6 +19,7 @@ from ._bootstrap import runtime
 from ._dispatch import supervisor
 from ._future import Future, completed
 from ._mesh_state import _creator, _owner_uid, _qualname, _state, _token, countdown_port
+from ._state import OwnedMesh, api_state
 
 __all__ = ["ProcMesh"]
 
@@ -49,7 +50,7 @@ class ProcMesh(MeshTrait):
     @property
     def initialized(self) -> Future[bool]:
         """Resolves to True once every proc is up (and its bootstrap ran)."""
-        st = runtime().extra.get("mesh_state", {}).get(self._uid)
+        st = api_state(runtime()).mesh_state.get(self._uid)
         return Future._from(st.ready) if st is not None else completed(True)
 
     @property
@@ -84,7 +85,8 @@ class ProcMesh(MeshTrait):
         shape = self._shape_
         st = _state(uid, len(shape))
         ack_port = countdown_port(len(shape), st.ready)
-        rt.extra.setdefault("owned", {})[uid] = _owner_record(uid, Class, shape, self)
+        api_state(rt).owned[uid] = OwnedMesh(uid, _qualname(Class), shape, self._proc_addrs,
+                                             _owner_uid())
         try:
             body = dumps_inband((Class, args, kwargs))
         except Exception as exc:
@@ -104,7 +106,7 @@ class ProcMesh(MeshTrait):
         return mesh  # type: ignore[return-value]
 
     def _check_alive(self) -> None:
-        st = runtime().extra.get("mesh_state", {}).get(self._uid)
+        st = api_state(runtime()).mesh_state.get(self._uid)
         if st is not None and st.stopped_ranks.intersection(self._shape_.ranks()):
             raise RuntimeError(f"`ProcMesh` {self._uid} has already been stopped")
         dead = runtime().dead_addrs
@@ -125,8 +127,8 @@ class ProcMesh(MeshTrait):
             return completed(None)
         st.stopped_ranks.update(ranks)
         st.stop_reason = reason
-        info = rt.extra.get("proc_meshes", {}).get(self._uid)
-        if info is not None and len(st.stopped_ranks) == len(info["addr_list"]):
+        info = api_state(rt).proc_meshes.get(self._uid)
+        if info is not None and len(st.stopped_ranks) == len(info.addr_list):
             st.stopped = reason
             supervisor(rt).mesh_stopped(self._uid, reason)
         rt.troubles += 1
@@ -155,10 +157,5 @@ class ProcMesh(MeshTrait):
 
     def __repr__(self) -> str:
         return f"<ProcMesh {self._uid} {self._shape_.extent}>"
-
-
-def _owner_record(uid: str, cls: type, shape: Shape, pm: ProcMesh) -> dict[str, Any]:
-    return {"uid": uid, "class": f"{cls.__module__}.{cls.__qualname__}", "shape": shape,
-            "proc_addrs": pm._proc_addrs, "owner_uid": _owner_uid()}
 
 

@@ -262,7 +262,7 @@ class Supervisor:
 
     def _last_lines(self, failure: MeshFailure, shape: Shape) -> list[str]:
         """What the failed proc printed last, when its host agent is this process's."""
-        agent = self.rt.extra.get("agent")
+        agent = self.rt.agent
         addrs = self._addrs.get(failure.mesh_name)
         if agent is None or addrs is None or not failure.ranks:
             return []

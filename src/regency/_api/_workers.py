@@ -30,6 +30,7 @@ from ..errors import TransportError
 from . import _dispatch
 from ._bootstrap import runtime
 from ._host_mesh import HostMesh
+from ._state import api_state
 
 log = logging.getLogger("regency.worker")
 
@@ -120,12 +121,12 @@ def run_worker_loop_forever(address: str = "tcp://0.0.0.0:26600",
     asyncio.set_event_loop(rt.loop)
     agent = HostAgent(rt)
     agent.advertise_host = advertise or _advertised_host(addr.host)
-    rt.extra.update(agent=agent, root="", host_agent="")
+    rt.agent = agent
     _dispatch.install(rt)
     service = WorkerService(rt, agent)
     listen = str(Address("tcp", addr.host, addr.port))
     rt.loop.run_until_complete(rt.start(listen))
-    rt.extra["host_agent"] = rt.address
+    rt.host_agent = rt.address
     agent.start_zygote()
     print(f"regency worker listening on {rt.address}", flush=True)
     try:
@@ -204,11 +205,11 @@ def attach_to_workers(workers: list[str], ca: str = "trust_all_connections",
     contact = rt.run_sync(lambda: rt.listen_tcp("tcp:0.0.0.0:0", advertise), timeout=10)
     timeout = float(config.get("connect_timeout"))
     rt.run_sync(lambda: _attach_all(rt, agents, contact), timeout=timeout + 5)
-    heartbeats = rt.extra.setdefault("heartbeats", {})
+    api = api_state(rt)
     for agent in agents:
-        heartbeats[agent] = time.monotonic()
-    if "heartbeat_task" not in rt.extra:
-        rt.extra["heartbeat_task"] = None
+        api.heartbeats[agent] = time.monotonic()
+    if not api.heartbeat_started:
+        api.heartbeat_started = True
         rt.call_soon(_start_heartbeat, rt)
     return HostMesh(Shape.from_sizes(["hosts"], [len(agents)]), agents, owned=True)
 
@@ -253,8 +254,8 @@ async def _attach_all(rt: Runtime, agents: tuple[str, ...], contact: str) -> Non
 
 
 def _start_heartbeat(rt: Runtime) -> None:
-    rt.extra["heartbeat_task"] = rt.loop.create_task(_heartbeat(rt))
-    rt.background.add(rt.extra["heartbeat_task"])
+    task = api_state(rt).heartbeat_task = rt.loop.create_task(_heartbeat(rt))
+    rt.background.add(task)
 
 
 async def _heartbeat(rt: Runtime) -> None:
@@ -263,7 +264,7 @@ async def _heartbeat(rt: Runtime) -> None:
 
     period = float(config.get("heartbeat_interval"))
     limit = float(config.get("host_lost_timeout"))
-    beats: dict[str, float] = rt.extra["heartbeats"]
+    beats = api_state(rt).heartbeats
     while not rt.stopping:
         await asyncio.sleep(period)
         now = time.monotonic()
@@ -290,7 +291,7 @@ async def _beat(rt: Runtime, agent: str, beats: dict[str, float]) -> None:
 
 def release_workers(rt: Runtime, agents: tuple[str, ...], exit: bool) -> None:
     """Release (and optionally shut down) workers; called from HostMesh.stop/shutdown."""
-    beats: dict[str, float] = rt.extra.get("heartbeats", {})
+    beats = api_state(rt).heartbeats
     for agent in agents:
         beats.pop(agent, None)
     agents = tuple(a for a in agents if a not in rt.dead_addrs)  # a lost host cannot answer

@@ -20,7 +20,6 @@ from ._server import DataServer
 __all__ = ["ensure_owner"]
 
 _lock = threading.Lock()
-_KEY = "dataplane_server"
 _last: list[DataServer] = []  # the server of the previous runtime, closed when replaced
 
 
@@ -43,7 +42,7 @@ def _tcp_host(rt: Runtime) -> str:
 
 def ensure_owner(rt: Runtime) -> DataServer:
     """The data-plane server of this process (started, with the handlers, on first use)."""
-    server: DataServer | None = rt.extra.get(_KEY)
+    server: DataServer | None = rt.data_server
     if server is not None and server.pid == os.getpid():
         host = _tcp_host(rt)
         if host != server.tcp_host:  # reachable over TCP since (attach_to_workers)
@@ -52,14 +51,14 @@ def ensure_owner(rt: Runtime) -> DataServer:
                     server.listen_tcp(host)
         return server
     with _lock:
-        server = rt.extra.get(_KEY)
+        server = rt.data_server
         if server is None or server.pid != os.getpid():
             for old in _last:
                 old.close()
             server = DataServer(rt.secret, registry(), job=rt.job, tcp_host=_tcp_host(rt))
             _last[:] = [server]
             rt.handle(RdmaDrop, lambda msg: _on_drop(rt, msg))
-            rt.extra[_KEY] = server
+            rt.data_server = server
     return server
 
 

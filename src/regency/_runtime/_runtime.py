@@ -13,7 +13,8 @@ them (``regency._wire._envelope``), and are dispatched by the header's class: a 
 actor cell's mailbox (held back if the actor is not spawned yet), a ``Reply`` to a port
 handler, a ``System`` message to the one handler registered for its class
 (:meth:`Runtime.handle`). Those handlers are registered by the layers above (host agent,
-supervision, API), which keeps this module free of user-facing concepts.
+supervision, API), which keeps this module free of user-facing concepts; what they keep
+per runtime hangs off explicit attributes (``agent``, ``api``, ``data_server``, ...).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import config
 from .._wire import Inbound, decode_header, decode_inbound, encode_header, system_header
@@ -46,6 +47,11 @@ from .._wire._messages import (
 )
 from ._pickling import dumps, loads
 from ._router import Frame, Router
+
+if TYPE_CHECKING:
+    import mmap
+
+    from ._host_agent import HostAgent
 
 log = logging.getLogger("regency.runtime")
 
@@ -100,7 +106,18 @@ class Runtime:
         self.background: set[asyncio.Task[Any]] = set()  # cancelled at shutdown
         self._port_ids = itertools.count(1)
         self.stopping = False
-        self.extra: dict[str, Any] = {}  # per-role state of the layers above
+        # -- where this process stands in the job (set by whoever starts the runtime) --------
+        self.root = ""  # the root client's address ("" on a worker between controllers)
+        self.host_agent = ""  # the address of this machine's host agent
+        self.agent: HostAgent | None = None  # the host agent, in the process that runs it
+        self.thread: threading.Thread | None = None  # the controller's runtime thread
+        self.proc_uid = "root"  # the proc mesh this process belongs to ("root": the client)
+        self.proc_rank = 0  # this proc's rank in that mesh
+        self.status_page: mmap.mmap | None = None  # shared with the host agent (see behavior)
+        self.bootstrap_error: str | None = None  # a proc whose bootstrap failed: why
+        # -- the layers above: their state, one typed object each (set when they install) ---
+        self.api: object = None  # regency._api._state.ApiState (see ``api_state``)
+        self.data_server: Any = None  # regency._dataplane._server.DataServer, on first use
 
     # -- threads ---------------------------------------------------------------------------
     def on_loop(self) -> bool:
