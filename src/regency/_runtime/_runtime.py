@@ -210,9 +210,10 @@ class Runtime:
                 self._hold(call, frame)
                 return
             tree, me = relay
-            for addr in tree.next_hops(tree.pos_of[me], call.cast, self.dead_addrs):
+            hops, mine = tree.relay(me, call.cast, self.dead_addrs)
+            for addr in hops:
                 self.router.send(addr, frame)
-            if not tree.is_target(me, call.cast):
+            if not mine:
                 return
             kind = call.system_kind
             if kind is not None:  # a system message that travelled the tree, in order
