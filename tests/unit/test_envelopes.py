@@ -18,7 +18,9 @@ from regency._wire import (
     ProtocolError,
     decode_header,
     decode_inbound,
+    encode_call,
     encode_header,
+    encode_reply,
     system_header,
 )
 from regency._wire import _messages as m
@@ -61,6 +63,15 @@ def test_every_header_kind_round_trips(header: m.Header) -> None:
     assert type(back) is type(header)
     assert back == header
     assert decode_header(memoryview(data)) == header  # as the connection hands it over
+
+
+@SETTINGS
+@given(call=calls, reply=replies)
+def test_the_round_trip_encoders_write_what_encode_header_writes(call: m.Call,
+                                                                 reply: m.Reply) -> None:
+    assert encode_call(call.mesh_uid, call.endpoint, call.port, call.cast, call.sender,
+                       call.fanout) == encode_header(call)
+    assert encode_reply(reply.port_id, reply.rank, reply.status) == encode_header(reply)
 
 
 @SETTINGS

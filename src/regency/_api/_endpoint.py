@@ -21,7 +21,7 @@ from .._runtime._completion import Completion
 from .._runtime._pickling import describe_unpicklable, dumps_call
 from .._runtime._runtime import Runtime
 from .._wire import _messages as m
-from .._wire import encode_header
+from .._wire import encode_call
 from ..errors import SupervisionError
 from ._bootstrap import runtime
 from ._context import _current
@@ -192,7 +192,7 @@ def post_call(rt: Runtime, route: Route, uid: str, name: str, port: tuple[str, i
     to its members, or to the first relays of its tree. Written by this thread, in order, so
     a later call cannot overtake it."""
     fanout = route.tree.fanout if route.tree is not None else 0
-    header = encode_header(m.Call(uid, name, port, route.cast, _sender(), fanout))
+    header = encode_call(uid, name, port, route.cast, _sender(), fanout)  # once for all hops
     frame = [header, *payload]
     for addr in route.current_hops(rt.dead_addrs) if rt.troubles else route.hops:
         rt.post(addr, frame)

@@ -31,14 +31,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import config
-from .._wire import Inbound, decode_header, decode_inbound, encode_header, system_header
+from .._wire import Inbound, decode_header, decode_inbound, encode_reply, system_header
 from .._wire._messages import (
     OK,
     RAW_ERROR,
     SUPERVISION,
     SYSTEM_KINDS,
     Call,
-    Header,
     PortRef,
     Reply,
     Resolve,
@@ -142,9 +141,9 @@ class Runtime:
             local = _local_copy(frame)
             header = decode_header(local[0])
             if self.on_loop():
-                self.loop.call_soon(self._on_frame, header, local)
+                self.loop.call_soon(self._on_inbound, (header, local))
             else:
-                self.loop.call_soon_threadsafe(self._on_frame, header, local)
+                self.loop.call_soon_threadsafe(self._on_inbound, (header, local))
         else:
             self.router.send(addr, frame)
 
@@ -172,7 +171,7 @@ class Runtime:
     def send_reply(self, port: PortRef, rank: int | None, status: int, value: Any) -> None:
         """Send ``value`` to a port, from any thread."""
         data, buffers = dumps(value)
-        self.post(port[0], [encode_header(Reply(port[1], rank, status)), data, *buffers])
+        self.post(port[0], [encode_reply(port[1], rank, status), data, *buffers])
 
     def send_sys(self, to: str, msg: SystemMessage) -> None:
         """Send a system message to the runtime at ``to``, from any thread."""
@@ -187,10 +186,8 @@ class Runtime:
 
     # -- receiving ---------------------------------------------------------------------------
     def _on_inbound(self, inbound: Inbound) -> None:
+        """A frame and its header, decoded by the connection that read it (loop thread)."""
         header, frame = inbound
-        self._on_frame(header, frame)
-
-    def _on_frame(self, header: Header, frame: list[memoryview]) -> None:
         if isinstance(header, Reply):
             handler = self.ports.get(header.port_id)
             if handler is not None:

@@ -8,7 +8,15 @@ asyncio, sockets or threads, so every part of it is testable with plain byte str
 
 from __future__ import annotations
 
-from ._envelope import Inbound, decode_header, decode_inbound, encode_header, system_header
+from ._envelope import (
+    Inbound,
+    decode_header,
+    decode_inbound,
+    encode_call,
+    encode_header,
+    encode_reply,
+    system_header,
+)
 from ._errors import HandshakeError, ProtocolError
 from ._frames import ATTACHMENT, PROTOCOL_VERSION, Attachment, FrameDecoder, encode_frame
 from ._handshake import ClientHandshake, ServerHandshake, new_secret
@@ -25,8 +33,10 @@ __all__ = [
     "ServerHandshake",
     "decode_header",
     "decode_inbound",
+    "encode_call",
     "encode_frame",
     "encode_header",
+    "encode_reply",
     "new_secret",
     "system_header",
 ]
