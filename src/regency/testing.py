@@ -24,6 +24,7 @@ from ._api._actor_mesh import ActorMesh
 from ._api._bootstrap import runtime
 from ._api._endpoint import Endpoint
 from ._api._proc_mesh import ProcMesh
+from ._wire._messages import Fault
 
 __all__ = ["delay_calls", "drop_calls", "flow_stats", "inject_exception", "kill_rank"]
 
@@ -38,7 +39,7 @@ def kill_rank(mesh: ActorMesh | ProcMesh, rank: int, sig: int = _signal.SIGKILL)
     """Send ``sig`` (default SIGKILL) to the proc hosting ``rank`` (local rank in ``mesh``)."""
     rt = runtime()
     for _, addr in _targets(mesh, [rank]):
-        rt.send_sys(addr, "fault", kind="signal", signal=int(sig))
+        rt.send_sys(addr, Fault("signal", signal=int(sig)))
 
 
 def _inject(endpoint: Endpoint[Any], kind: str, ranks: Iterable[int] | None, times: int,
@@ -48,8 +49,8 @@ def _inject(endpoint: Endpoint[Any], kind: str, ranks: Iterable[int] | None, tim
     rt = runtime()
     mesh = endpoint._mesh
     for _, addr in _targets(mesh, ranks):
-        rt.send_sys(addr, "fault", kind=kind, uid=mesh._uid, endpoint=endpoint._name,
-                    times=times, **extra)
+        rt.send_sys(addr, Fault(kind, uid=mesh._uid, endpoint=endpoint._name, times=times,
+                                **extra))
 
 
 def inject_exception(endpoint: Endpoint[Any], exc: BaseException, *,

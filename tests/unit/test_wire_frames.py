@@ -344,6 +344,7 @@ ALLOWED_IMPORTS = {
     "collections",
     "hashlib",
     "hmac",
+    "operator",
     "os",
     "pickle",
     "secrets",

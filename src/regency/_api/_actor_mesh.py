@@ -11,12 +11,14 @@ from .._mesh import MeshTrait, Shape
 from .._runtime._completion import Completion
 from .._runtime._pickling import dumps
 from .._runtime._relay import Tree
+from .._wire._messages import SYSTEM_ENDPOINT, StopActor
 from ._actor import Actor, EndpointProperty, NotAnEndpoint, endpoints_of, is_async_actor
 from ._bootstrap import runtime
 from ._dispatch import supervisor
 from ._endpoint import Endpoint, post_call
 from ._future import Future, completed
 from ._mesh_state import _state, countdown_port
+from ._state import api_state
 
 __all__ = ["ActorMesh", "Route"]
 
@@ -117,12 +119,13 @@ class ActorMesh(MeshTrait):
 
     def _dead_reason(self, route: Route) -> str | None:
         rt = runtime()
-        st = rt.extra.get("mesh_state", {}).get(self._uid)
+        api = api_state(rt)
+        st = api.mesh_state.get(self._uid)
         if st is not None and st.stopped_ranks:
             hit = [g for g in route.ranks if g in st.stopped_ranks]
             if hit:
                 return f"rank(s) {hit} of mesh {self._uid} were stopped ({st.stop_reason})"
-        failed: dict[int, Any] = rt.extra.get("failed_ranks", {}).get(self._uid, {})
+        failed = api.failed_ranks.get(self._uid, {})
         dead = rt.dead_addrs
         if not failed and not dead:
             return None
@@ -137,7 +140,7 @@ class ActorMesh(MeshTrait):
     @property
     def initialized(self) -> Future[None]:
         """Resolves when every member has been created (even if its ``__init__`` failed)."""
-        st = runtime().extra.get("mesh_state", {}).get(self._uid)
+        st = api_state(runtime()).mesh_state.get(self._uid)
         if st is None:
             return completed(None)
         return Future._from(st.ready)
@@ -161,12 +164,12 @@ class ActorMesh(MeshTrait):
         port = countdown_port(len(live), done)  # a dead member has nothing to stop
         route = self._route
         if route.tree is not None:  # down the tree the calls before it took: after them
-            data, buffers = dumps({"uid": self._uid, "reason": reason, "port": port})
-            post_call(rt, route, self._uid, "sys:stop_actor", None, [data, *buffers])
+            data, buffers = dumps(StopActor(self._uid, reason, port))
+            post_call(rt, route, self._uid, SYSTEM_ENDPOINT + StopActor.KIND, None,
+                      [data, *buffers])
             return Future._from(done)
         for g in live:
-            rt.send_sys(self._proc_addrs[g], "stop_actor", uid=self._uid, reason=reason,
-                        port=port)
+            rt.send_sys(self._proc_addrs[g], StopActor(self._uid, reason, port))
         return Future._from(done)
 
     def __reduce__(self) -> tuple[Any, ...]:

@@ -19,9 +19,9 @@ from functools import cached_property
 from typing import Any
 
 from .._mesh import Extent, Point, Shape, Slice
-from .._runtime import _messages as m
 from .._runtime._pickling import loads
 from .._runtime._runtime import Runtime
+from .._wire import _messages as m
 from ..errors import MeshFailure, SupervisionError
 from ._actor import Actor, endpoints_of, is_async_actor
 from ._context import Context, Instance, empty_point, set_context
@@ -31,7 +31,7 @@ from ._ports import Port
 class MessageContext(Context):
     """A context whose message rank is computed only when asked for."""
 
-    def __init__(self, instance: Instance, cast: tuple[Any, ...], global_rank: int) -> None:
+    def __init__(self, instance: Instance, cast: m.Cast, global_rank: int) -> None:
         self.actor_instance = instance
         self._cast = cast
         self.global_rank = global_rank
@@ -47,25 +47,26 @@ class MessageContext(Context):
 class ActorBehavior:
     """Runs one actor: construction, messages, supervision of what it owns, cleanup."""
 
-    def __init__(self, rt: Runtime, msg: dict[str, Any], global_rank: int) -> None:
+    def __init__(self, rt: Runtime, msg: m.SpawnActor, cls: type[Actor], args: tuple[Any, ...],
+                 kwargs: dict[str, Any], global_rank: int) -> None:
         self.rt = rt
-        self.uid: str = msg["uid"]
-        self.cls: type[Actor] = msg["cls"]
-        self.args = msg["args"]
-        self.kwargs = msg["kwargs"]
+        self.uid: str = msg.uid
+        self.cls = cls
+        self.args: tuple[Any, ...] | None = args
+        self.kwargs: dict[str, Any] | None = kwargs
         self.g = global_rank
-        shape: Shape = msg["shape"]
+        shape: Shape = msg.shape
         self.local = shape.local_rank(global_rank)
         self.rank = shape.point(self.local)
-        self.owner: str = msg["owner"]
-        self.owner_uid: str | None = msg["owner_uid"]
+        self.owner: str = msg.owner
+        self.owner_uid: str | None = msg.owner_uid
         self.is_async = is_async_actor(self.cls)
         self.endpoints = endpoints_of(self.cls)
         self.class_name = f"{self.cls.__module__}.{self.cls.__qualname__}"
         self.instance = Instance(
-            actor_id=f"{self.uid}{dict(self.rank)}", name=msg["name"],
+            actor_id=f"{self.uid}{dict(self.rank)}", name=msg.name,
             class_name=self.class_name, rank=self.rank, proc_id=rt.address,
-            creator=msg["creator"], mesh_uid=self.uid, _proc_mesh=msg["proc_mesh"],
+            creator=msg.creator, mesh_uid=self.uid, _proc_mesh=msg.proc_mesh,
             _stop=self.request_stop,
         )
         self.context = Context(self.instance, empty_point())
@@ -75,20 +76,21 @@ class ActorBehavior:
         self.tasks: set[asyncio.Task[Any]] = set()
         self.stop_requested: str | None = None
         self.cleaned = False  # __cleanup__ ran (it runs at most once)
-        self.faults: dict[str, dict[str, Any]] = {}  # injected by regency.testing
+        self.faults: dict[str, m.Fault] = {}  # injected by regency.testing
         self.before_reply: Callable[[], None] | None = None  # set by a sync actor's cell
-        self._status = rt.extra.get("status")  # shared with the host agent: endpoint in flight
+        self._status = rt.status_page  # shared with the host agent: the endpoint in flight
+        self.failed_exc: BaseException | None = None  # why it failed, for __cleanup__
         self._status_names: dict[str, bytes] = {}
 
     # -- construction ------------------------------------------------------------------------
     def setup_context(self) -> None:
         set_context(self.context)
 
-    def init(self, ack: tuple[str, int]) -> None:
+    def init(self, ack: m.PortRef) -> None:
         """Construct the user's object (first item of the mailbox)."""
         try:
             obj = self.cls.__new__(self.cls)
-            obj.__init__(*self.args, **self.kwargs)  # type: ignore[misc]
+            obj.__init__(*(self.args or ()), **(self.kwargs or {}))  # type: ignore[misc]
             self.actor = obj
         except BaseException as exc:
             self.fail(exc, "__init__")
@@ -97,15 +99,15 @@ class ActorBehavior:
             self.rt.send_reply(ack, self.g, m.OK, None)
 
     # -- messages ----------------------------------------------------------------------------
-    def handle(self, env: tuple[Any, ...], frame: list[memoryview]) -> Any:
-        """Handle one CALL (sync actors: runs it; async actors: returns a coroutine)."""
+    def handle(self, call: m.Call, frame: list[memoryview]) -> Any:
+        """Handle one call (sync actors: runs it; async actors: returns a coroutine)."""
         if self.is_async:
-            return self._handle_async(env, frame)
-        port = env[3]
+            return self._handle_async(call, frame)
+        port = call.port
         if self._refuse(port):
             return None
-        name = env[2]
-        set_context(MessageContext(self.instance, env[4], self.g))
+        name = call.endpoint
+        set_context(MessageContext(self.instance, call.cast, self.g))
         self.current = name
         if self._status is not None:
             self._say_running(name)
@@ -131,29 +133,29 @@ class ActorBehavior:
             if self._status is not None:
                 self._status[:1] = b"\0"  # nothing in flight
         if self.failure is not None and not self.cleaned:
-            self.cleanup(self.rt.extra.get("failed_exc", {}).get(self.uid))
+            self.cleanup(self.failed_exc)
         return None
 
-    async def _handle_async(self, env: tuple[Any, ...], frame: list[memoryview]) -> None:
-        port = env[3]
+    async def _handle_async(self, call: m.Call, frame: list[memoryview]) -> None:
+        port = call.port
         if self._refuse(port):
             return
-        name = env[2]
+        name = call.endpoint
         ep = self.endpoints.get(name)
         if ep is not None and ep.concurrent:
-            task = asyncio.get_running_loop().create_task(self._run_async(env, frame, True))
+            task = asyncio.get_running_loop().create_task(self._run_async(call, frame, True))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
             await asyncio.sleep(0)  # let the body start before the next message
             return
-        await self._run_async(env, frame)
+        await self._run_async(call, frame)
 
-    async def _run_async(self, env: tuple[Any, ...], frame: list[memoryview],
+    async def _run_async(self, call: m.Call, frame: list[memoryview],
                          concurrent: bool = False) -> None:
-        port, name = env[3], env[2]
+        port, name = call.port, call.endpoint
         if self._status is not None:
             self._say_running(name)
-        ctx = MessageContext(self.instance, env[4], self.g)
+        ctx = MessageContext(self.instance, call.cast, self.g)
         ctx.concurrent = concurrent
         set_context(ctx)
         self.current = name
@@ -162,8 +164,8 @@ class ActorBehavior:
             fn, explicit, args, kwargs = self._prepare(name, port, frame)
             if self.faults and name in self.faults:
                 fault = self.faults[name]
-                if fault["kind"] == "delay":
-                    await asyncio.sleep(fault["seconds"])
+                if fault.action == "delay":
+                    await asyncio.sleep(fault.seconds)
                 fn = self._faulty(name, fn, slept=True)
                 if fn is None:
                     return
@@ -182,7 +184,7 @@ class ActorBehavior:
             if self._status is not None:
                 self._status[:1] = b"\0"  # nothing in flight
         if self.failure is not None and not self.cleaned:
-            await self._cleanup_async(self.rt.extra.get("failed_exc", {}).get(self.uid))
+            await self._cleanup_async(self.failed_exc)
 
     def _prepare(self, name: str, port: Any, frame: list[memoryview]) -> tuple[Any, bool, Any, Any]:
         args, kwargs = loads(frame[1], frame[2:])
@@ -211,18 +213,19 @@ class ActorBehavior:
     def _faulty(self, name: str, fn: Any, slept: bool = False) -> Any:
         """Apply an injected fault to this call: the function to run, or None to drop it."""
         fault = self.faults[name]
-        fault["times"] -= 1
-        if fault["times"] <= 0:
+        fault.times -= 1
+        if fault.times <= 0:
             del self.faults[name]
-        kind = fault["kind"]
+        kind = fault.action
         if kind == "drop":
             return None
         if kind == "delay" and not slept:
             import time
 
-            time.sleep(fault["seconds"])
+            time.sleep(fault.seconds)
         if kind == "raise":
-            exc = fault["exc"]
+            exc = fault.exc
+            assert exc is not None, "a 'raise' fault carries its exception"
 
             def raiser(*args: Any, **kwargs: Any) -> Any:
                 raise exc
@@ -289,9 +292,9 @@ class ActorBehavior:
             actor_class=self.class_name, endpoint=endpoint, host=self.rt.hostname,
             pid=self.rt.pid, cause=cause, traceback=tb, chain=list(chain or []),
         )
-        self.rt.extra.setdefault("failed_exc", {})[self.uid] = exc
-        self.rt.send_sys(self.owner, "actor_failed", uid=self.uid, rank=self.g,
-                         failure=self.failure, owner_uid=self.owner_uid)
+        self.failed_exc = exc
+        self.rt.send_sys(self.owner, m.ActorFailed(self.uid, self.g, self.failure,
+                                                   self.owner_uid))
 
     def supervise(self, failure: MeshFailure, done: Any) -> Any:
         """Offer a failure of an owned mesh to ``__supervise__`` (run in the mailbox).
@@ -330,16 +333,15 @@ class ActorBehavior:
             failure, mesh_name=self.uid, ranks=[self.local], coords=[dict(self.rank)],
             actor_class=self.class_name, host=self.rt.hostname, pid=self.rt.pid)
         exc = SupervisionError(failure.cause, failure)
-        self.rt.extra.setdefault("failed_exc", {})[self.uid] = exc
-        self.rt.send_sys(self.owner, "actor_failed", uid=self.uid, rank=self.g, failure=failure,
-                         owner_uid=self.owner_uid)
+        self.failed_exc = exc
+        self.rt.send_sys(self.owner, m.ActorFailed(self.uid, self.g, failure, self.owner_uid))
         return self.cleanup(exc)
 
     # -- stopping ----------------------------------------------------------------------------
     def request_stop(self, reason: str) -> None:
         """Self-stop (``context().actor_instance.stop()``): messages after this one are refused."""
         self.stop_requested = reason
-        self.rt.send_sys(self.rt.address, "stop_actor", uid=self.uid, reason=reason, port=None)
+        self.rt.send_sys(self.rt.address, m.StopActor(self.uid, reason, None))
 
     def cleanup(self, exc: BaseException | None) -> Any:
         """Run ``__cleanup__`` once (returns a coroutine for async actors).

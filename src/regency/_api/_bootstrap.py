@@ -75,8 +75,9 @@ def _start_controller() -> Runtime:
     ready.wait()
     if failure:
         raise RuntimeError(f"regency could not start its runtime: {failure[0]}") from failure[0]
-    rt.extra.update(root=rt.address, host_agent=rt.address, thread=thread)
-    rt.extra["agent"] = HostAgent(rt)
+    rt.root = rt.host_agent = rt.address
+    rt.thread = thread
+    rt.agent = HostAgent(rt)
     _dispatch.install(rt)
     from . import _failfast
 
@@ -112,8 +113,7 @@ def this_proc() -> ProcMesh:
     from ._proc_mesh import ProcMesh
 
     rt = runtime()
-    return ProcMesh(rt.extra.get("proc_uid", "root"), "root", Shape.unity(), (rt.address,),
-                    (rt.extra["host_agent"],))
+    return ProcMesh(rt.proc_uid, "root", Shape.unity(), (rt.address,), (rt.host_agent,))
 
 
 def this_host() -> HostMesh:
@@ -121,10 +121,10 @@ def this_host() -> HostMesh:
     from ._host_mesh import HostMesh
 
     rt = runtime()
-    agent = rt.extra.get("agent")
+    agent = rt.agent
     if agent is not None:
         rt.call_soon(agent.start_zygote)  # warm the fork server before the first spawn
-    return HostMesh(Shape.unity(), (rt.extra["host_agent"],), owned=False)
+    return HostMesh(Shape.unity(), (rt.host_agent,), owned=False)
 
 
 def shutdown_context(host_timeout: float | None = None) -> Future[None]:
@@ -148,9 +148,9 @@ def _shutdown(rt: Runtime, timeout: float) -> None:
         if _current.get() is not rt or rt.stopping:
             return
         rt.stopping = True
-    thread: threading.Thread = rt.extra["thread"]
+    thread = rt.thread
     try:
-        if thread.is_alive():
+        if thread is not None and thread.is_alive():
             try:
                 rt.run_sync(lambda: stop_everything(rt, timeout), timeout=timeout + 5.0)
             except Exception:  # noqa: BLE001 - shutting down regardless

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from .._runtime._completion import Completion
+from .._wire._messages import OK, GetOrSpawnController, Reply
 from ._actor import Actor
 from ._bootstrap import runtime
 from ._future import Future
@@ -22,15 +23,15 @@ def get_or_spawn_controller(name: str, Class: type[T], *args: Any, **kwargs: Any
     rt = runtime()
     done = Completion(f"controller {name!r}")
 
-    def on_reply(env: tuple[Any, ...], frame: list[memoryview]) -> None:
+    def on_reply(reply: Reply, frame: list[memoryview]) -> None:
         rt.close_port(port_id)
         value = decode(frame)
-        if env[3] == 0:
+        if reply.status == OK:
             done.set_result(value)
         else:
-            done.set_exception(to_exception(env[3], value))
+            done.set_exception(to_exception(reply.status, value))
 
     port_id = rt.open_port(on_reply)
-    rt.send_sys(rt.extra["root"], "get_or_spawn_controller", name=name, cls=Class, args=args,
-                kwargs=kwargs, port=(rt.contact, port_id))
+    rt.send_sys(rt.root, GetOrSpawnController(name, Class, args, kwargs,
+                                                       (rt.contact, port_id)))
     return Future._from(done)

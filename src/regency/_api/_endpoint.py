@@ -10,18 +10,18 @@ health of the members still pending.
 from __future__ import annotations
 
 import inspect
-import pickle
 import random
 import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .._mesh import Shape
-from .._runtime import _messages as m
 from .._runtime._borrow import ReplyReader
 from .._runtime._completion import Completion
 from .._runtime._pickling import describe_unpicklable, dumps_call
 from .._runtime._runtime import Runtime
+from .._wire import _messages as m
+from .._wire import encode_call
 from ..errors import SupervisionError
 from ._bootstrap import runtime
 from ._context import _current
@@ -192,8 +192,8 @@ def post_call(rt: Runtime, route: Route, uid: str, name: str, port: tuple[str, i
     to its members, or to the first relays of its tree. Written by this thread, in order, so
     a later call cannot overtake it."""
     fanout = route.tree.fanout if route.tree is not None else 0
-    env = pickle.dumps((m.CALL, uid, name, port, route.cast, _sender(), fanout), 5)
-    frame = [env, *payload]
+    header = encode_call(uid, name, port, route.cast, _sender(), fanout)  # once for all hops
+    frame = [header, *payload]
     make_room = rt.router.make_room
     for addr in route.current_hops(rt.dead_addrs) if rt.troubles else route.hops:
         make_room(addr)  # flow control: a full write queue makes the sender wait (ADR 0012)
@@ -219,8 +219,8 @@ class _Collector:
         self.port_id = rt.open_port(self._on_reply, route.targets)
         rt.collectors[self.port_id] = self
 
-    def _on_reply(self, env: tuple[Any, ...], frame: list[memoryview]) -> None:
-        _, _, rank, status = env
+    def _on_reply(self, reply: m.Reply, frame: list[memoryview]) -> None:
+        rank, status = reply.rank, reply.status
         try:
             value = decode(frame)
         except Exception as exc:

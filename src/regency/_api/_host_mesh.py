@@ -13,11 +13,13 @@ import cloudpickle
 
 from .. import config
 from .._mesh import MeshTrait, Shape
+from .._wire._messages import SpawnProcs
 from ._bootstrap import runtime
 from ._dispatch import supervisor
 from ._future import Future, completed
 from ._mesh_state import _owner_uid, _state, _token
 from ._proc_mesh import ProcMesh
+from ._state import ProcMeshRecord, api_state
 
 __all__ = ["HostMesh"]
 
@@ -118,21 +120,22 @@ class HostMesh(MeshTrait):
                 requests.setdefault(agent, []).append(
                     {"addr": addr, "rank": rank, "label": f"{name} {dict(shape.point(rank))}"})
         st = _state(uid, len(addrs))
-        rt.extra.setdefault("proc_meshes", {})[uid] = {
-            "state": st, "addrs": set(addrs), "addr_list": addrs, "agents": agents,
-            "owner_uid": _owner_uid(), "name": name, "shape": shape}
-        spec = {"job": rt.job, "root": rt.extra["root"], "mesh_uid": uid,
+        api_state(rt).proc_meshes[uid] = ProcMeshRecord(st, addrs, agents, _owner_uid(), name,
+                                                        shape)
+        spec = {"job": rt.job, "root": rt.root, "mesh_uid": uid,
                 "mesh_name": name, "shape": shape, "proc_addrs": tuple(addrs),
                 "host_agents": tuple(agents),
                 "bootstrap": _pickled(bootstrap), "config": config.get_runtime_config()}
         supervisor(rt).mesh_spawned(uid, _owner_uid(), "proc", name, shape, tuple(addrs))
-        here = {"env": dict(os.environ), "cwd": os.getcwd(), "sys_path": list(sys.path)}
         for agent, procs in requests.items():
             # procs on this machine start in our current environment; a worker's procs in
             # the worker's own (its paths, its interpreter), as Monarch does
-            where = here if agent in rt.my_addresses else {}
-            rt.send_sys(agent, "spawn_procs", procs=procs, spec=spec, owner=rt.contact,
-                        mesh_uid=uid, **where)
+            if agent in rt.my_addresses:
+                msg = SpawnProcs(procs, spec, rt.contact, uid, dict(os.environ), os.getcwd(),
+                                 list(sys.path))
+            else:
+                msg = SpawnProcs(procs, spec, rt.contact, uid)
+            rt.send_sys(agent, msg)
         return ProcMesh(uid, name, shape, tuple(addrs), tuple(agents))
 
     def shutdown(self) -> Future[None]:
@@ -153,9 +156,9 @@ class HostMesh(MeshTrait):
         agents = tuple(self._agents[g] for g in self._shape_.ranks())
         rt = runtime()
         remote = tuple(a for a in agents if a.startswith("tcp:"))
-        for info in rt.extra.get("proc_meshes", {}).values():
-            if any(a in agents for a in info["agents"]):
-                info["state"].stopped = info["state"].stopped or "host mesh stopped"
+        for info in api_state(rt).proc_meshes.values():
+            if any(a in agents for a in info.agents):
+                info.state.stopped = info.state.stopped or "host mesh stopped"
         if remote:
             release_workers(rt, remote, exit)
         return completed(None)

@@ -10,6 +10,7 @@ from .._runtime._completion import Completion
 from ._actor import Actor
 from ._bootstrap import runtime
 from ._context import _current
+from ._state import api_state
 
 __all__ = []
 
@@ -34,7 +35,7 @@ class _MeshState:
 
 
 def _state(uid: str, n: int = 0) -> _MeshState:
-    table: dict[str, _MeshState] = runtime().extra.setdefault("mesh_state", {})
+    table = api_state(runtime()).mesh_state
     st = table.get(uid)
     if st is None:
         st = table[uid] = _MeshState(n)
@@ -50,7 +51,7 @@ def countdown_port(n: int, done: Completion) -> tuple[str, int]:
     rt = runtime()
     left = {"n": n}
 
-    def ack(env: tuple[Any, ...], frame: list[memoryview]) -> None:
+    def ack(reply: Any, frame: list[memoryview]) -> None:
         left["n"] -= 1
         if left["n"] <= 0:
             rt.close_port(port_id)

@@ -6,8 +6,8 @@ import collections
 import threading
 from typing import Any, Generic, TypeVar
 
-from .._runtime import _messages as m
 from .._runtime._completion import Completion
+from .._wire import _messages as m
 from ._bootstrap import runtime
 from ._future import Future
 from ._replies import decode, to_exception
@@ -69,10 +69,10 @@ class PortReceiver(Generic[R]):
         self.addr = rt.contact
         self._once = once
 
-    def _on_reply(self, env: tuple[Any, ...], frame: list[memoryview]) -> None:
+    def _on_reply(self, reply: m.Reply, frame: list[memoryview]) -> None:
         if self._once:
             runtime().close_port(self.port_id)  # a once port takes one message in total
-        item = (env[2], env[3], decode(frame))
+        item = (reply.rank, reply.status, decode(frame))
         with self._lock:
             if self._waiters:
                 waiter = self._waiters.popleft()

@@ -19,6 +19,7 @@ from .. import config
 from .._mesh import Point, Shape
 from .._runtime import _current
 from .._runtime._runtime import Runtime
+from .._wire._messages import ProcReady, StopProc
 from . import _dispatch
 from ._context import Context, Instance, set_context
 
@@ -30,21 +31,23 @@ def run_proc(spec: dict[str, Any]) -> int:
     rt = Runtime(secret=spec["secret"], job=spec["job"], role="proc")
     _current.set_runtime(rt)
     host_agent = spec["host_agent"]
-    rt.extra.update(root=spec["root"], host_agent=host_agent, proc_uid=spec["mesh_uid"],
-                    proc_rank=spec["rank"])
+    rt.root = spec["root"]
+    rt.host_agent = host_agent
+    rt.proc_uid = spec["mesh_uid"]
+    rt.proc_rank = spec["rank"]
     _dispatch.install(rt)
     for fd in spec.get("extra_fds", [])[:1]:
         import mmap
 
-        rt.extra["status"] = mmap.mmap(fd, 0)  # where we say which endpoint runs
+        rt.status_page = mmap.mmap(fd, 0)  # where we say which endpoint runs
         os.close(fd)
     stop = asyncio.Event()
     tasks: set[asyncio.Task[None]] = set()
 
-    def on_stop(msg: dict[str, Any]) -> None:
+    def on_stop(msg: StopProc) -> None:
         tasks.add(rt.loop.create_task(_stop(rt, stop)))
 
-    rt.sys_handlers["stop_proc"] = on_stop
+    rt.handle(StopProc, on_stop)
 
     def lost(addr: str, exc: BaseException | None) -> None:
         if addr == host_agent:
@@ -59,9 +62,8 @@ async def _serve(rt: Runtime, spec: dict[str, Any], stop: asyncio.Event) -> int:
     await rt.start(spec.get("bind", spec["addr"]), identity=spec["addr"])
     error = await _bootstrap(spec)
     if error is not None:
-        rt.extra["bootstrap_error"] = error  # actors spawned here fail, saying why
-    rt.send_sys(spec["host_agent"], "proc_ready", addr=rt.address, pid=os.getpid(), error=error,
-                physical=rt.bound_address)
+        rt.bootstrap_error = error  # actors spawned here fail, saying why
+    rt.send_sys(spec["host_agent"], ProcReady(rt.address, os.getpid(), error, rt.bound_address))
     await stop.wait()
     return 0
 

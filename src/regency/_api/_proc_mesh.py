@@ -4,14 +4,14 @@
 from __future__ import annotations
 
 import inspect
-import pickle
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import config
 from .._mesh import MeshTrait, Shape
-from .._runtime import _messages as m
 from .._runtime._completion import Completion
 from .._runtime._pickling import describe_unpicklable, dumps, dumps_inband
+from .._wire import _messages as m
+from .._wire import system_header
 from ..errors import SupervisionError
 from ._actor import Actor
 from ._actor_mesh import ActorMesh, _check_spawnable
@@ -19,6 +19,7 @@ from ._bootstrap import runtime
 from ._dispatch import supervisor
 from ._future import Future, completed
 from ._mesh_state import _creator, _owner_uid, _qualname, _state, _token, countdown_port
+from ._state import OwnedMesh, api_state
 
 __all__ = ["ProcMesh"]
 
@@ -49,7 +50,7 @@ class ProcMesh(MeshTrait):
     @property
     def initialized(self) -> Future[bool]:
         """Resolves to True once every proc is up (and its bootstrap ran)."""
-        st = runtime().extra.get("mesh_state", {}).get(self._uid)
+        st = api_state(runtime()).mesh_state.get(self._uid)
         return Future._from(st.ready) if st is not None else completed(True)
 
     @property
@@ -84,20 +85,19 @@ class ProcMesh(MeshTrait):
         shape = self._shape_
         st = _state(uid, len(shape))
         ack_port = countdown_port(len(shape), st.ready)
-        rt.extra.setdefault("owned", {})[uid] = _owner_record(uid, Class, shape, self)
+        api_state(rt).owned[uid] = OwnedMesh(uid, _qualname(Class), shape, self._proc_addrs,
+                                             _owner_uid())
         try:
             body = dumps_inband((Class, args, kwargs))
         except Exception as exc:
             raise TypeError(f"spawn of {Class.__qualname__}: {describe_unpicklable(args, kwargs)}"
                             ) from exc
         fanout = int(config.get("max_cast_fanout"))
-        payload = {"uid": uid, "name": name, "body": body, "class_name": _qualname(Class),
-                   "fanout": fanout,
-                   "shape": shape, "proc_addrs": self._proc_addrs, "owner": rt.contact,
-                   "owner_uid": _owner_uid(), "creator": _creator(), "ack": ack_port,
-                   "proc_mesh": self}
-        data, buffers = dumps(payload)
-        frame = [pickle.dumps((m.SYS, "spawn_actor")), data, *buffers]
+        payload = m.SpawnActor(uid, name, body, _qualname(Class), fanout, shape,
+                               self._proc_addrs, rt.contact, _owner_uid(), _creator(), ack_port,
+                               self)
+        data, buffers = dumps(payload)  # pickled once for every proc
+        frame = [system_header(payload.KIND), data, *buffers]
         supervisor(rt).mesh_spawned(uid, _owner_uid(), "actor", name, shape, self._proc_addrs,
                                     _qualname(Class))  # before any member can fail
         for g in shape.ranks():
@@ -106,7 +106,7 @@ class ProcMesh(MeshTrait):
         return mesh  # type: ignore[return-value]
 
     def _check_alive(self) -> None:
-        st = runtime().extra.get("mesh_state", {}).get(self._uid)
+        st = api_state(runtime()).mesh_state.get(self._uid)
         if st is not None and st.stopped_ranks.intersection(self._shape_.ranks()):
             raise RuntimeError(f"`ProcMesh` {self._uid} has already been stopped")
         dead = runtime().dead_addrs
@@ -127,8 +127,8 @@ class ProcMesh(MeshTrait):
             return completed(None)
         st.stopped_ranks.update(ranks)
         st.stop_reason = reason
-        info = rt.extra.get("proc_meshes", {}).get(self._uid)
-        if info is not None and len(st.stopped_ranks) == len(info["addr_list"]):
+        info = api_state(rt).proc_meshes.get(self._uid)
+        if info is not None and len(st.stopped_ranks) == len(info.addr_list):
             st.stopped = reason
             supervisor(rt).mesh_stopped(self._uid, reason)
         rt.troubles += 1
@@ -138,7 +138,7 @@ class ProcMesh(MeshTrait):
         done = Completion(f"proc mesh {self._uid} to stop")
         port = countdown_port(len(by_agent), done)
         for agent, addrs in by_agent.items():
-            rt.send_sys(agent, "stop_procs", addrs=addrs, reason=reason, port=port)
+            rt.send_sys(agent, m.StopProcs(addrs, reason, port))
         return Future._from(done)
 
     async def logging_option(self, stream_to_client: bool = True,
@@ -157,10 +157,5 @@ class ProcMesh(MeshTrait):
 
     def __repr__(self) -> str:
         return f"<ProcMesh {self._uid} {self._shape_.extent}>"
-
-
-def _owner_record(uid: str, cls: type, shape: Shape, pm: ProcMesh) -> dict[str, Any]:
-    return {"uid": uid, "class": f"{cls.__module__}.{cls.__qualname__}", "shape": shape,
-            "proc_addrs": pm._proc_addrs, "owner_uid": _owner_uid()}
 
 

@@ -7,8 +7,8 @@ import re
 import sys
 from typing import Any
 
-from .._runtime import _messages as m
 from .._runtime._pickling import loads
+from .._wire import _messages as m
 from ..errors import ActorError, SupervisionError
 
 _DYNAMIC = re.compile(r'^(\s*)File "<dynamic-code>", line (\d+), in (\S+)$')

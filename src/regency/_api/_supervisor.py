@@ -44,6 +44,7 @@ from .._supervision import (
     SuperviseDone,
     SupervisionState,
 )
+from .._wire import _messages as wire
 from ..errors import MeshFailure, SupervisionError
 from . import _failfast
 from ._replies import with_sources
@@ -105,15 +106,15 @@ class Supervisor:
     def actor_failed(self, uid: str, rank: int, failure: MeshFailure) -> None:
         self.trouble(ActorFailed(uid, rank, failure, cause_id=self._cause("failed")))
 
-    def proc_exited(self, msg: dict[str, Any], drain: bool = True) -> None:
+    def proc_exited(self, msg: wire.ProcExited, drain: bool = True) -> None:
         """The host agent reaped a proc. Its replies may still be unread on our connection
         to it (the exit status travels another way), so the exit is applied once that
         connection has ended, or after a bound."""
-        addr = msg["addr"]
-        if msg.get("endpoint"):
-            self._in_flight[addr] = str(msg["endpoint"]).rsplit(".", 1)[-1]
-        event = ProcExited(addr, msg["cause"], bool(msg["expected"]), msg["pid"], msg["host"],
-                           tuple(msg["last_lines"]), cause_id=self._cause("exit"))
+        addr = msg.addr
+        if msg.endpoint:
+            self._in_flight[addr] = str(msg.endpoint).rsplit(".", 1)[-1]
+        event = ProcExited(addr, msg.cause, bool(msg.expected), msg.pid, msg.host,
+                           tuple(msg.last_lines), cause_id=self._cause("exit"))
         if drain and self.rt.router.live_connections(addr):
             self._exits[addr] = event
             self.rt.loop.call_later(_DRAIN_BOUND, self._apply_exit, addr)
@@ -261,7 +262,7 @@ class Supervisor:
 
     def _last_lines(self, failure: MeshFailure, shape: Shape) -> list[str]:
         """What the failed proc printed last, when its host agent is this process's."""
-        agent = self.rt.extra.get("agent")
+        agent = self.rt.agent
         addrs = self._addrs.get(failure.mesh_name)
         if agent is None or addrs is None or not failure.ranks:
             return []

@@ -15,20 +15,22 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .. import config
 from .._mesh import Shape
 from .._runtime import _current
-from .._runtime import _messages as m
 from .._runtime._host_agent import HostAgent
 from .._runtime._runtime import Runtime
 from .._runtime._secret import require_secret
 from .._transport import Address
+from .._wire import _messages as m
 from ..errors import TransportError
 from . import _dispatch
 from ._bootstrap import runtime
 from ._host_mesh import HostMesh
+from ._state import api_state
 
 log = logging.getLogger("regency.worker")
 
@@ -45,37 +47,36 @@ class WorkerService:
         self.last_heartbeat = 0.0
         self.lease = 5.0
         self.done: asyncio.Future[int] = rt.loop.create_future()
-        h = rt.sys_handlers
-        h["attach"] = self._on_attach
-        h["heartbeat"] = self._on_heartbeat
-        h["release"] = self._on_release
+        rt.handle(m.Attach, self._on_attach)
+        rt.handle(m.Heartbeat, self._on_heartbeat)
+        rt.handle(m.Release, self._on_release)
         rt.peer_lost_hooks.append(self._on_peer_lost)
 
-    def _on_attach(self, msg: dict[str, Any]) -> None:
-        who = msg["controller"]
+    def _on_attach(self, msg: m.Attach) -> None:
+        who = msg.controller
         if self.controller is not None and self.controller != who:
-            self.rt.send_reply(msg["port"], None, m.RAW_ERROR, TransportError(
+            self.rt.send_reply(msg.port, None, m.RAW_ERROR, TransportError(
                 f"worker {self.rt.address} is busy serving controller {self.controller}"))
             return
         self.controller = who
         self.agent.forward_to = who
-        self.lease = float(msg.get("lease", 5.0))
+        self.lease = float(msg.lease)
         self.last_heartbeat = time.monotonic()
         log.info("regency worker: serving controller %s", who)
-        self.rt.send_reply(msg["port"], None, m.OK,
+        self.rt.send_reply(msg.port, None, m.OK,
                            {"host": self.rt.hostname, "pid": os.getpid()})
 
-    def _on_heartbeat(self, msg: dict[str, Any]) -> None:
-        if msg["controller"] == self.controller:
+    def _on_heartbeat(self, msg: m.Heartbeat) -> None:
+        if msg.controller == self.controller:
             self.last_heartbeat = time.monotonic()
-            self.rt.send_reply(msg["port"], None, m.OK, None)
+            self.rt.send_reply(msg.port, None, m.OK, None)
 
-    def _on_release(self, msg: dict[str, Any]) -> None:
-        if msg["controller"] != self.controller:
+    def _on_release(self, msg: m.Release) -> None:
+        if msg.controller != self.controller:
             return
         self._detach("released by its controller")
-        self.rt.send_reply(msg["port"], None, m.OK, None)
-        if msg.get("exit") and not self.done.done():
+        self.rt.send_reply(msg.port, None, m.OK, None)
+        if msg.exit and not self.done.done():
             self.rt.loop.call_later(0.05, self.done.set_result, 0)
 
     def _on_peer_lost(self, addr: str, exc: BaseException | None) -> None:
@@ -120,12 +121,12 @@ def run_worker_loop_forever(address: str = "tcp://0.0.0.0:26600",
     asyncio.set_event_loop(rt.loop)
     agent = HostAgent(rt)
     agent.advertise_host = advertise or _advertised_host(addr.host)
-    rt.extra.update(agent=agent, root="", host_agent="")
+    rt.agent = agent
     _dispatch.install(rt)
     service = WorkerService(rt, agent)
     listen = str(Address("tcp", addr.host, addr.port))
     rt.loop.run_until_complete(rt.start(listen))
-    rt.extra["host_agent"] = rt.address
+    rt.host_agent = rt.address
     agent.start_zygote()
     print(f"regency worker listening on {rt.address}", flush=True)
     try:
@@ -204,33 +205,35 @@ def attach_to_workers(workers: list[str], ca: str = "trust_all_connections",
     contact = rt.run_sync(lambda: rt.listen_tcp("tcp:0.0.0.0:0", advertise), timeout=10)
     timeout = float(config.get("connect_timeout"))
     rt.run_sync(lambda: _attach_all(rt, agents, contact), timeout=timeout + 5)
-    heartbeats = rt.extra.setdefault("heartbeats", {})
+    api = api_state(rt)
     for agent in agents:
-        heartbeats[agent] = time.monotonic()
-    if "heartbeat_task" not in rt.extra:
-        rt.extra["heartbeat_task"] = None
+        api.heartbeats[agent] = time.monotonic()
+    if not api.heartbeat_started:
+        api.heartbeat_started = True
         rt.call_soon(_start_heartbeat, rt)
     return HostMesh(Shape.from_sizes(["hosts"], [len(agents)]), agents, owned=True)
 
 
-async def _ask(rt: Runtime, addr: str, kind: str, timeout: float, **kwargs: Any) -> Any:
+async def _ask(rt: Runtime, addr: str, make: Callable[[m.PortRef, str], m.SystemMessage],
+               timeout: float) -> Any:
+    """Send ``make(reply port, our contact)`` to the worker at ``addr``; await its answer."""
     loop = asyncio.get_running_loop()
     fut: asyncio.Future[Any] = loop.create_future()
 
-    def on_reply(env: tuple[Any, ...], frame: list[memoryview]) -> None:
+    def on_reply(reply: m.Reply, frame: list[memoryview]) -> None:
         rt.close_port(port_id)
         from ._replies import decode, to_exception
 
         value = decode(frame)
         if fut.done():
             return
-        if env[3] == m.OK:
+        if reply.status == m.OK:
             fut.set_result(value)
         else:
-            fut.set_exception(to_exception(env[3], value))
+            fut.set_exception(to_exception(reply.status, value))
 
     port_id = rt.open_port(on_reply, frozenset({addr}))
-    rt.send_sys(addr, kind, port=(rt.contact, port_id), controller=rt.contact, **kwargs)
+    rt.send_sys(addr, make((rt.contact, port_id), rt.contact))
     return await asyncio.wait_for(fut, timeout)
 
 
@@ -240,7 +243,7 @@ async def _attach_all(rt: Runtime, agents: tuple[str, ...], contact: str) -> Non
 
     async def one(agent: str) -> None:
         try:
-            await _ask(rt, agent, "attach", timeout, lease=lease)
+            await _ask(rt, agent, lambda port, me: m.Attach(port, me, lease), timeout)
         except (asyncio.TimeoutError, TimeoutError) as exc:
             why = rt.dead_addrs.get(agent, "no answer")
             raise TransportError(f"cannot attach to worker {agent}: {why}") from exc
@@ -251,8 +254,8 @@ async def _attach_all(rt: Runtime, agents: tuple[str, ...], contact: str) -> Non
 
 
 def _start_heartbeat(rt: Runtime) -> None:
-    rt.extra["heartbeat_task"] = rt.loop.create_task(_heartbeat(rt))
-    rt.background.add(rt.extra["heartbeat_task"])
+    task = api_state(rt).heartbeat_task = rt.loop.create_task(_heartbeat(rt))
+    rt.background.add(task)
 
 
 async def _heartbeat(rt: Runtime) -> None:
@@ -261,7 +264,7 @@ async def _heartbeat(rt: Runtime) -> None:
 
     period = float(config.get("heartbeat_interval"))
     limit = float(config.get("host_lost_timeout"))
-    beats: dict[str, float] = rt.extra["heartbeats"]
+    beats = api_state(rt).heartbeats
     while not rt.stopping:
         await asyncio.sleep(period)
         now = time.monotonic()
@@ -278,7 +281,8 @@ async def _heartbeat(rt: Runtime) -> None:
 
 async def _beat(rt: Runtime, agent: str, beats: dict[str, float]) -> None:
     try:
-        await _ask(rt, agent, "heartbeat", float(config.get("host_lost_timeout")))
+        await _ask(rt, agent, lambda port, me: m.Heartbeat(port, me),
+                   float(config.get("host_lost_timeout")))
     except Exception:
         return
     if agent in beats:
@@ -287,7 +291,7 @@ async def _beat(rt: Runtime, agent: str, beats: dict[str, float]) -> None:
 
 def release_workers(rt: Runtime, agents: tuple[str, ...], exit: bool) -> None:
     """Release (and optionally shut down) workers; called from HostMesh.stop/shutdown."""
-    beats: dict[str, float] = rt.extra.get("heartbeats", {})
+    beats = api_state(rt).heartbeats
     for agent in agents:
         beats.pop(agent, None)
     agents = tuple(a for a in agents if a not in rt.dead_addrs)  # a lost host cannot answer
@@ -295,7 +299,8 @@ def release_workers(rt: Runtime, agents: tuple[str, ...], exit: bool) -> None:
         return
 
     async def go() -> None:
-        await asyncio.gather(*(_ask(rt, a, "release", 10.0, exit=exit) for a in agents),
-                             return_exceptions=True)
+        await asyncio.gather(
+            *(_ask(rt, a, lambda port, me: m.Release(port, me, exit), 10.0) for a in agents),
+            return_exceptions=True)
 
     rt.run_sync(go, timeout=15)

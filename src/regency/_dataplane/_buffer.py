@@ -10,6 +10,7 @@ from .._api._bootstrap import runtime
 from .._api._future import Future, completed, failed
 from .._runtime._completion import Completion
 from .._runtime._runtime import Runtime
+from .._wire._messages import RdmaDrop, Reply
 from . import _cuda, _transfer
 from ._choice import TransportChoice, choose
 from ._handle import Descriptor
@@ -171,7 +172,7 @@ class _DropWaiter:
         self.rt, self.done, self.port = rt, done, port
         self.label = done.label
 
-    def on_reply(self, env: tuple[Any, ...], frame: list[memoryview]) -> None:
+    def on_reply(self, reply: Reply, frame: list[memoryview]) -> None:
         self.finish()
         self.done.set_result(None)
 
@@ -189,13 +190,12 @@ def _remote_drop(rt: Runtime, d: Descriptor, timeout: float) -> Future[None]:
     holder: list[_DropWaiter] = []
 
     def setup() -> None:
-        port = rt.open_port(lambda env, frame: holder[0].on_reply(env, frame),
+        port = rt.open_port(lambda reply, frame: holder[0].on_reply(reply, frame),
                             targets=frozenset({d.control}))
         waiter = _DropWaiter(rt, done, port)
         holder.append(waiter)
         rt.collectors[port] = waiter
-        rt.send_sys(d.control, "rdma_drop", reg_id=d.reg_id, key=d.key,
-                    port=(contact(rt), port))
+        rt.send_sys(d.control, RdmaDrop(d.reg_id, d.key, (contact(rt), port)))
         rt.loop.call_later(timeout, lambda: _expire(waiter, timeout))
 
     rt.call_soon(setup)

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._api._bootstrap import runtime
+from .._wire._messages import RdmaTaken
 from ._buffer import register
 from ._cuda import sync_device
 from ._handle import Descriptor
@@ -139,4 +140,4 @@ def _release(desc: Descriptor) -> None:
         return
     rt = runtime()
     if rt.dead_addrs.get(desc.control) is None:
-        rt.send_sys(desc.control, "rdma_taken", reg_id=desc.reg_id, key=desc.key)
+        rt.send_sys(desc.control, RdmaTaken(desc.reg_id, desc.key))

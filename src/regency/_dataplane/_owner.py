@@ -10,18 +10,17 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from typing import Any
 
-from .._runtime import _messages as m
 from .._runtime._runtime import Runtime
 from .._transport import Address
+from .._wire import _messages as m
+from .._wire._messages import RdmaDrop, RdmaTaken
 from ._registry import registry
 from ._server import DataServer
 
 __all__ = ["ensure_owner"]
 
 _lock = threading.Lock()
-_KEY = "dataplane_server"
 _last: list[DataServer] = []  # the server of the previous runtime, closed when replaced
 
 
@@ -44,7 +43,7 @@ def _tcp_host(rt: Runtime) -> str:
 
 def ensure_owner(rt: Runtime) -> DataServer:
     """The data-plane server of this process (started, with the handlers, on first use)."""
-    server: DataServer | None = rt.extra.get(_KEY)
+    server: DataServer | None = rt.data_server
     if server is not None and server.pid == os.getpid():
         host = _tcp_host(rt)
         if host != server.tcp_host:  # reachable over TCP since (attach_to_workers)
@@ -53,25 +52,25 @@ def ensure_owner(rt: Runtime) -> DataServer:
                     server.listen_tcp(host)
         return server
     with _lock:
-        server = rt.extra.get(_KEY)
+        server = rt.data_server
         if server is None or server.pid != os.getpid():
             for old in _last:
                 old.close()
             server = DataServer(rt.secret, registry(), job=rt.job, tcp_host=_tcp_host(rt))
             _last[:] = [server]
-            rt.sys_handlers["rdma_drop"] = lambda msg: _on_drop(rt, msg)
-            rt.sys_handlers["rdma_taken"] = _on_taken
-            rt.extra[_KEY] = server
+            rt.handle(RdmaDrop, lambda msg: _on_drop(rt, msg))
+            rt.handle(RdmaTaken, _on_taken)
+            rt.data_server = server
     return server
 
 
-def _on_drop(rt: Runtime, msg: dict[str, Any]) -> None:
-    found = registry().drop(msg["reg_id"], msg["key"])
-    rt.send_reply(msg["port"], None, m.OK, found)
+def _on_drop(rt: Runtime, msg: RdmaDrop) -> None:
+    found = registry().drop(msg.reg_id, msg.key)
+    rt.send_reply(msg.port, None, m.OK, found)
 
 
-def _on_taken(msg: dict[str, Any]) -> None:
-    registry().taken(msg["reg_id"], msg["key"])
+def _on_taken(msg: RdmaTaken) -> None:
+    registry().taken(msg.reg_id, msg.key)
 
 
 def watch_deaths(rt: Runtime) -> None:

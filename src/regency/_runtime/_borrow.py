@@ -10,14 +10,14 @@ found by supervision), the loop completes the result and wakes the thread as bef
 
 from __future__ import annotations
 
-import pickle
 import threading
 import time
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from .._transport._poller import Waker
-from . import _messages as m
+from .._wire import Inbound
+from .._wire._messages import Reply
 
 if TYPE_CHECKING:
     from ._completion import Completion
@@ -47,7 +47,7 @@ class ReplyReader:
         self.addr = addr
         self.port_id = port_id
         self.guard = guard  # entered while frames are read and handled (see read_here)
-        self.taken: list[tuple[tuple[Any, ...], list[memoryview]]] = []
+        self.taken: list[Inbound] = []
         self.reading = threading.Lock()  # one thread reads for a call; others wait plainly
 
     def __call__(self, c: Completion, timeout: float | None) -> bool:
@@ -75,16 +75,17 @@ class ReplyReader:
                 self.reading.release()
         return True
 
-    def _take(self, frame: list[memoryview]) -> bool:
+    def _take(self, inbound: Inbound) -> bool:
         """Replies to this call, and to other calls whose collectors may run on any thread
         (pipelined calls answered on this connection: no trip through the loop for them)."""
-        env = pickle.loads(frame[0])
-        if env[0] != m.REPLY:
+        reply, _frame = inbound
+        if type(reply) is not Reply:
             return False
-        if env[1] != self.port_id and not getattr(self.rt.collectors.get(env[1]), "any_thread",
-                                                  False):
+        port_id = reply.port_id
+        if port_id != self.port_id and not getattr(self.rt.collectors.get(port_id),
+                                                   "any_thread", False):
             return False
-        self.taken.append((env, frame))
+        self.taken.append(inbound)
         return True
 
     def _handle(self) -> None:
@@ -99,9 +100,10 @@ class ReplyReader:
             with self.guard:
                 self._run_handlers(taken)
 
-    def _run_handlers(self, taken: list[tuple[tuple[Any, ...], list[memoryview]]]) -> None:
+    def _run_handlers(self, taken: list[Inbound]) -> None:
         while taken:
-            env, frame = taken.pop(0)
-            handler = self.rt.ports.get(env[1])
+            reply, frame = taken.pop(0)
+            assert isinstance(reply, Reply)  # only replies are taken
+            handler = self.rt.ports.get(reply.port_id)
             if handler is not None:
-                handler(env, frame)
+                handler(reply, frame)

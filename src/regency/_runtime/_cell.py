@@ -1,8 +1,9 @@
 """Actor cells: a mailbox and the thread or task that drains it, one message at a time.
 
-A *behavior* object from the API layer supplies what to run: ``handle(env, frame)`` for each
-message (a coroutine for async actors) and control callables (init, stop) placed in the same
-mailbox, so ``__init__`` runs before any message and ``__cleanup__`` after all earlier ones.
+A *behavior* object from the API layer supplies what to run: ``handle(call, frame)`` for each
+message (``call``: its decoded ``Call`` header; a coroutine for async actors) and control
+callables (init, stop) placed in the same mailbox, so ``__init__`` runs before any message
+and ``__cleanup__`` after all earlier ones.
 
 * Sync actors get a thread of their own, so a blocking ``.get()`` inside an endpoint is legal:
   the loop that must deliver its reply is elsewhere. While its mailbox is empty, the thread
@@ -25,14 +26,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import pickle
 import queue
 import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from .._transport._poller import Waker
-from . import _messages as m
+from .._wire import Inbound
+from .._wire._messages import Call
 
 log = logging.getLogger("regency.cell")
 
@@ -90,7 +91,8 @@ class _Backlog:
 class Behavior(Protocol):
     """What a cell runs; implemented by the API layer."""
 
-    def handle(self, env: tuple[Any, ...], frame: list[memoryview]) -> Any: ...
+    def handle(self, call: Call, frame: list[memoryview]) -> Any:
+        """Handle one message (a coroutine for async actors)."""
 
 
 class SyncCell:
@@ -118,9 +120,9 @@ class SyncCell:
         self.thread = threading.Thread(target=self._run, name=f"regency-actor-{uid}", daemon=True)
         self.thread.start()
 
-    def enqueue(self, env: tuple[Any, ...], frame: list[memoryview]) -> None:
+    def enqueue(self, call: Call, frame: list[memoryview]) -> None:
         """Queue a message (loop thread)."""
-        self._queue.put((env, frame))
+        self._queue.put((call, frame))
         self.backlog.add(frame)
         waker = self._waker
         if waker is not None:
@@ -198,14 +200,14 @@ class SyncCell:
     def _has_mail(self) -> bool:
         return not self._queue.empty()
 
-    def _take(self, frame: list[memoryview]) -> bool:
+    def _take(self, inbound: Inbound) -> bool:
         """Whether a frame read here is a call for this actor, kept to run next."""
-        env = pickle.loads(frame[0])
-        if env[0] != m.CALL or env[1] != self.uid or env[6]:
+        call, _frame = inbound
+        if type(call) is not Call or call.mesh_uid != self.uid or call.fanout:
             return False
         if self._rt.cells.get(self.uid) is not self:
             return False  # stopped: its tombstone answers, on the loop
-        self._mine.append((env, frame))
+        self._mine.append(inbound)
         return True
 
     def _run(self) -> None:
@@ -216,17 +218,17 @@ class SyncCell:
             item = get()
             if item is _STOP:
                 return
-            env, payload = item
+            call, payload = item
             try:
-                if env is None:
+                if call is None:
                     payload()
                 else:
-                    handle(env, payload)
+                    handle(call, payload)
             except BaseException:  # the behavior turns errors into failures itself
                 log.exception("regency: internal error in actor %s", self.uid)
             # drop the message before waiting for the next one: its receive buffers go back
             # to the pool (a large payload is otherwise kept alive one message too long)
-            del item, env, payload
+            del item, call, payload
 
 
 class AsyncCell:
@@ -250,9 +252,9 @@ class AsyncCell:
         self._on_loop = on_loop
         self.task = loop.create_task(self._run(), name=f"regency-actor-{uid}")
 
-    def enqueue(self, env: tuple[Any, ...], frame: list[memoryview]) -> None:
+    def enqueue(self, call: Call, frame: list[memoryview]) -> None:
         """Queue a message (loop thread)."""
-        self._queue.put_nowait((env, frame))
+        self._queue.put_nowait((call, frame))
         self.backlog.add(frame)
 
     def control(self, fn: Callable[[], Any]) -> None:
@@ -280,16 +282,16 @@ class AsyncCell:
             item = await get()
             if item is _STOP:
                 return
-            env, payload = item
-            if env is not None and backlog.take(payload):
+            call, payload = item
+            if call is not None and backlog.take(payload):
                 backlog.resume()
             result = None
             try:
-                result = payload() if env is None else handle(env, payload)
+                result = payload() if call is None else handle(call, payload)
                 if asyncio.iscoroutine(result):
                     await result
             except asyncio.CancelledError:
                 raise
             except BaseException:
                 log.exception("regency: internal error in actor %s", self.uid)
-            del item, env, payload, result  # see SyncCell._run
+            del item, call, payload, result  # see SyncCell._run

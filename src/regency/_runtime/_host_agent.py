@@ -27,7 +27,19 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from .. import config
-from ._messages import OK, RAW_ERROR
+from .._wire._messages import (
+    OK,
+    RAW_ERROR,
+    PortRef,
+    ProcExited,
+    ProcOutput,
+    ProcReady,
+    ProcUp,
+    Resolve,
+    SpawnProcs,
+    StopProc,
+    StopProcs,
+)
 from ._runtime import Runtime
 
 log = logging.getLogger("regency.host")
@@ -147,14 +159,13 @@ class HostAgent:
         self._stop_waiters: list[tuple[set[str], asyncio.Future[None]]] = []
         self._outbox: collections.deque[tuple[bytes, list[int]]] = collections.deque()
         self._writer_armed = False
-        handlers = runtime.sys_handlers
-        handlers["spawn_procs"] = self._on_spawn_procs
-        handlers["proc_ready"] = self._on_proc_ready
-        handlers["stop_procs"] = self._on_stop_procs
-        handlers["resolve"] = self._on_resolve
+        runtime.handle(SpawnProcs, self._on_spawn_procs)
+        runtime.handle(ProcReady, self._on_proc_ready)
+        runtime.handle(StopProcs, self._on_stop_procs)
+        runtime.handle(Resolve, self._on_resolve)
         self.advertise_host = ""  # set on workers: procs listen on tcp at this host
         self.forward_to = ""  # set on workers: the controller that gets the procs' output
-        self._resolving: dict[str, list[tuple[str, int]]] = {}
+        self._resolving: dict[str, list[PortRef]] = {}
 
     # -- the fork server -------------------------------------------------------------------
     def start_zygote(self) -> None:
@@ -214,24 +225,23 @@ class HostAgent:
             self._finish(rec, "lost with the fork server")
 
     # -- spawning --------------------------------------------------------------------------
-    def _on_spawn_procs(self, req: dict[str, Any]) -> None:
+    def _on_spawn_procs(self, req: SpawnProcs) -> None:
         self.start_zygote()
-        for entry in req["procs"]:
+        for entry in req.procs:
             self._spawn_one(req, entry)
 
-    def _spawn_one(self, req: dict[str, Any], entry: dict[str, Any]) -> None:
-        rec = ProcRecord(entry["addr"], entry["label"], req["owner"], req["mesh_uid"],
-                         entry["rank"])
+    def _spawn_one(self, req: SpawnProcs, entry: dict[str, Any]) -> None:
+        rec = ProcRecord(entry["addr"], entry["label"], req.owner, req.mesh_uid, entry["rank"])
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         self._tokens += 1
         # the secret never travels in a request: the agent (same job) hands down its own
-        spec = {**req["spec"], **entry, "host_agent": self.rt.address, "secret": self.rt.secret}
+        spec = {**req.spec, **entry, "host_agent": self.rt.address, "secret": self.rt.secret}
         if rec.addr.startswith("via:"):
             spec["bind"] = f"tcp:{self.advertise_host or '127.0.0.1'}:0"
         msg = {"token": self._tokens, "entry": "regency._api._proc_main:run_proc", "spec": spec,
-               "env": req.get("env") or dict(os.environ), "cwd": req.get("cwd") or os.getcwd(),
-               "sys_path": req.get("sys_path") or list(sys.path)}
+               "env": req.env or dict(os.environ), "cwd": req.cwd or os.getcwd(),
+               "sys_path": req.sys_path or list(sys.path)}
         try:
             data = pickle.dumps(msg)
         except Exception as exc:
@@ -273,29 +283,28 @@ class HostAgent:
             self._writer_armed = False
             self.rt.loop.remove_writer(sock.fileno())
 
-    def _on_proc_ready(self, msg: dict[str, Any]) -> None:
-        rec = self.procs.get(msg["addr"])
+    def _on_proc_ready(self, msg: ProcReady) -> None:
+        rec = self.procs.get(msg.addr)
         if rec is None:
             return
         rec.ready = True
-        rec.physical = msg.get("physical", rec.addr)
+        rec.physical = msg.physical or rec.addr
         rec.cgroup = memory_cgroup(rec.pid) if rec.pid else ""
         rec.ooms = oom_kills(rec)
         for port in self._resolving.pop(rec.addr, []):
             self.rt.send_reply(port, None, OK, rec.physical)
-        self.rt.send_sys(rec.owner, "proc_up", addr=rec.addr, pid=msg["pid"],
-                         mesh_uid=rec.mesh_uid, error=msg.get("error"))
+        self.rt.send_sys(rec.owner, ProcUp(rec.addr, msg.pid, rec.mesh_uid, msg.error))
 
-    def _on_resolve(self, msg: dict[str, Any]) -> None:
+    def _on_resolve(self, msg: Resolve) -> None:
         """Where does the proc known as ``name`` listen? (answered once it is up)"""
-        rec = self.procs.get(msg["name"])
+        rec = self.procs.get(msg.name)
         if rec is None:
-            why = self.rt.dead_addrs.get(msg["name"], "no such proc on this host")
-            self.rt.send_reply(msg["port"], None, RAW_ERROR, f"{msg['name']}: {why}")
+            why = self.rt.dead_addrs.get(msg.name, "no such proc on this host")
+            self.rt.send_reply(msg.port, None, RAW_ERROR, f"{msg.name}: {why}")
         elif rec.ready:
-            self.rt.send_reply(msg["port"], None, OK, rec.physical)
+            self.rt.send_reply(msg.port, None, OK, rec.physical)
         else:
-            self._resolving.setdefault(rec.addr, []).append(msg["port"])
+            self._resolving.setdefault(rec.addr, []).append(msg.port)
 
     def tail(self, addr: str) -> list[str]:
         """The last lines a live proc printed (``tail_log_lines`` of them), output read so far
@@ -334,8 +343,7 @@ class HostAgent:
             return
         kind = "stderr" if stream is sys.stderr else "stdout"
         if self.forward_to:  # a worker: the lines belong at the controller's terminal
-            self.rt.send_sys(self.forward_to, "proc_output", label=rec.label, stream=kind,
-                             lines=text)
+            self.rt.send_sys(self.forward_to, ProcOutput(rec.label, kind, text))
             return
         write_lines(rec.label, kind, text)
 
@@ -395,19 +403,18 @@ class HostAgent:
 
     def _notify_owner(self, rec: ProcRecord, cause: str, expected: bool) -> None:
         n = int(config.get("tail_log_lines"))
-        self.rt.send_sys(rec.owner, "proc_exited", addr=rec.addr, pid=rec.pid, cause=cause,
-                         expected=expected, mesh_uid=rec.mesh_uid, rank=rec.rank,
-                         host=self.rt.hostname, last_lines=list(rec.tail)[-n:] if n else [],
-                         endpoint=in_flight(rec))
+        self.rt.send_sys(rec.owner, ProcExited(
+            rec.addr, rec.pid, cause, expected, rec.mesh_uid, rec.rank, self.rt.hostname,
+            list(rec.tail)[-n:] if n else [], in_flight(rec)))
 
     # -- stopping --------------------------------------------------------------------------
-    def _on_stop_procs(self, msg: dict[str, Any]) -> None:
-        addrs = {a for a in msg["addrs"] if a in self.procs}
-        port = msg.get("port")
+    def _on_stop_procs(self, msg: StopProcs) -> None:
+        addrs = {a for a in msg.addrs if a in self.procs}
+        port = msg.port
         for addr in addrs:
             rec = self.procs[addr]
             rec.stopping = True
-            self.rt.send_sys(addr, "stop_proc", reason=msg.get("reason", "stopped"))
+            self.rt.send_sys(addr, StopProc(msg.reason))
         fut = self.rt.loop.create_future()
         self._stop_waiters.append((addrs, fut))
         timeout = float(config.get("stop_actor_timeout")) + float(config.get("cleanup_timeout"))

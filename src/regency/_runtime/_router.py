@@ -58,11 +58,15 @@ class Router:
     def __init__(
         self,
         secret: bytes,
-        on_frame: Callable[[list[memoryview]], None],
+        on_frame: Callable[[Any], None],
         on_peer_lost: Callable[[str, BaseException | None], None],
         on_undeliverable: Callable[[str, Frame, BaseException], None],
+        decode: Callable[[list[memoryview]], Any] | None = None,
     ) -> None:
+        """``on_frame`` gets each frame received, as ``decode`` made it (its header decoded,
+        once, by the connection that read it) or, without ``decode``, as it came."""
         self.secret = secret
+        self._decode = decode
         self.address = ""
         self.loop: asyncio.AbstractEventLoop | None = None
         self.peers: dict[str, Peer] = {}
@@ -230,7 +234,7 @@ class Router:
         conn = Connection(sock, self.loop, self._frame, self._closed, peer_identity=identity,
                           label=label, leftover=rest, allocate=POOL.allocate, tls=tls,
                           shm_min_bytes=int(config.get("shm_min_bytes")), shm_pool=self.shm_pool,
-                          poller=self.poller)
+                          poller=self.poller, decode=self._decode)
         conn.high_water = self.high_water
         conn.loop_block_limit = self.loop_block_limit
         self.connections.add(conn)
@@ -252,11 +256,11 @@ class Router:
                 break
         peer.conn = conn
 
-    def _frame(self, conn: Connection, frame: list[memoryview]) -> None:
+    def _frame(self, conn: Connection, item: Any) -> None:
         self.reading = conn
         self._inbound[conn.label] = conn
         try:
-            self._on_frame(frame)
+            self._on_frame(item)
         finally:
             self.reading = None
 

@@ -8,10 +8,13 @@ call; in a proc it runs on the main thread. Everything that touches sockets or t
 runs on the loop thread; other threads hand work over with :meth:`post` (one
 ``call_soon_threadsafe`` per message, no task per call).
 
-Frames arrive from the router and are dispatched by the kind of their envelope: ``CALL`` to an
-actor cell's mailbox (held back if the actor is not spawned yet), ``REPLY`` to a port handler,
-``SYS`` to a handler registered by name. Handlers for ``SYS`` kinds are registered by the layers
-above (host agent, supervision, API), which keeps this module free of user-facing concepts.
+Frames arrive from the router with their header decoded once, by the connection that read
+them (``regency._wire._envelope``), and are dispatched by the header's class: a ``Call`` to an
+actor cell's mailbox (held back if the actor is not spawned yet), a ``Reply`` to a port
+handler, a ``System`` message to the one handler registered for its class
+(:meth:`Runtime.handle`). Those handlers are registered by the layers above (host agent,
+supervision, API), which keeps this module free of user-facing concepts; what they keep
+per runtime hangs off explicit attributes (``agent``, ``api``, ``data_server``, ...).
 """
 
 from __future__ import annotations
@@ -25,17 +28,35 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import config
-from . import _messages as m
+from .._wire import Inbound, decode_header, decode_inbound, encode_reply, system_header
+from .._wire._messages import (
+    OK,
+    RAW_ERROR,
+    SUPERVISION,
+    SYSTEM_KINDS,
+    Call,
+    PortRef,
+    Reply,
+    Resolve,
+    System,
+    SystemMessage,
+)
 from ._pickling import dumps, loads
 from ._router import Frame, Router
 
+if TYPE_CHECKING:
+    import mmap
+
+    from ._host_agent import HostAgent
+
 log = logging.getLogger("regency.runtime")
 
-PortHandler = Callable[[tuple[Any, ...], list[memoryview]], None]
-SysHandler = Callable[[dict[str, Any]], None]
+PortHandler = Callable[[Reply, list[memoryview]], None]
+SysHandler = Callable[[Any], None]
+M = TypeVar("M", bound=SystemMessage)
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -66,7 +87,8 @@ class Runtime:
         self.pid = os.getpid()
         self.loop: asyncio.AbstractEventLoop = new_event_loop()
         self.loop_thread_id = 0
-        self.router = Router(secret, self._on_frame, self._on_peer_lost, self._on_undeliverable)
+        self.router = Router(secret, self._on_inbound, self._on_peer_lost,
+                             self._on_undeliverable, decode=decode_inbound)
         self.address = ""
         self.my_addresses: set[str] = set()  # every name this runtime answers to
         self.bound_address = ""
@@ -74,8 +96,8 @@ class Runtime:
         self.port_targets: dict[int, frozenset[str]] = {}  # port -> addrs it waits on
         self.cells: dict[str, Any] = {}
         self.trees: dict[str, tuple[Any, int]] = {}  # mesh uid -> (relay Tree, our rank)
-        self.held: dict[str, list[tuple[tuple[Any, ...], list[memoryview]]]] = {}
-        self.sys_handlers: dict[str, SysHandler] = {}
+        self.held: dict[str, list[tuple[Call, list[memoryview]]]] = {}
+        self._sys_handlers: dict[str, SysHandler] = {}
         # called on the loop with the address of each runtime found gone (mark_dead)
         self.death_listeners: list[Callable[[str], None]] = []
         self.peer_lost_hooks: list[Callable[[str, BaseException | None], None]] = []
@@ -85,11 +107,22 @@ class Runtime:
         self.background: set[asyncio.Task[Any]] = set()  # cancelled at shutdown
         self._port_ids = itertools.count(1)
         self.stopping = False
-        self.extra: dict[str, Any] = {}  # per-role state of the layers above
         # flow control (ADR 0012): connections not read while a mailbox they feed is full
         self.mailbox_high = int(config.get("mailbox_high_water_bytes")) or (1 << 62)
         self.throttled: set[Any] = set()
         self._untargeted: set[int] = set()  # open ports that may be answered from anywhere
+        # -- where this process stands in the job (set by whoever starts the runtime) --------
+        self.root = ""  # the root client's address ("" on a worker between controllers)
+        self.host_agent = ""  # the address of this machine's host agent
+        self.agent: HostAgent | None = None  # the host agent, in the process that runs it
+        self.thread: threading.Thread | None = None  # the controller's runtime thread
+        self.proc_uid = "root"  # the proc mesh this process belongs to ("root": the client)
+        self.proc_rank = 0  # this proc's rank in that mesh
+        self.status_page: mmap.mmap | None = None  # shared with the host agent (see behavior)
+        self.bootstrap_error: str | None = None  # a proc whose bootstrap failed: why
+        # -- the layers above: their state, one typed object each (set when they install) ---
+        self.api: object = None  # regency._api._state.ApiState (see ``api_state``)
+        self.data_server: Any = None  # regency._dataplane._server.DataServer, on first use
 
     # -- threads ---------------------------------------------------------------------------
     def on_loop(self) -> bool:
@@ -112,10 +145,11 @@ class Runtime:
             # Deferred, never inline: a handler must not run in the middle of its sender.
             # The copy is made now, so the sender may change its buffers as soon as we return.
             local = _local_copy(frame)
+            header = decode_header(local[0])
             if self.on_loop():
-                self.loop.call_soon(self._on_frame, local)
+                self.loop.call_soon(self._on_inbound, (header, local))
             else:
-                self.loop.call_soon_threadsafe(self._on_frame, local)
+                self.loop.call_soon_threadsafe(self._on_inbound, (header, local))
         else:
             self.router.send(addr, frame)
 
@@ -177,84 +211,95 @@ class Runtime:
             if not targets or conn.label in targets:
                 self.unthrottle(conn)
 
-    def send_reply(self, port: tuple[str, int], rank: int | None, status: int, value: Any) -> None:
+    def send_reply(self, port: PortRef, rank: int | None, status: int, value: Any) -> None:
         """Send ``value`` to a port, from any thread."""
         data, buffers = dumps(value)
-        self.post(port[0], [pickle.dumps((m.REPLY, port[1], rank, status)), data, *buffers])
+        self.post(port[0], [encode_reply(port[1], rank, status), data, *buffers])
 
-    def send_sys(self, to: str, kind: str, /, **kwargs: Any) -> None:
-        """Send a system message to the runtime at ``addr``, from any thread."""
-        data, buffers = dumps(kwargs)
-        self.post(to, [pickle.dumps((m.SYS, kind)), data, *buffers])
+    def send_sys(self, to: str, msg: SystemMessage) -> None:
+        """Send a system message to the runtime at ``to``, from any thread."""
+        data, buffers = dumps(msg)
+        self.post(to, [system_header(msg.KIND), data, *buffers])
+
+    def handle(self, kind: type[M], handler: Callable[[M], None]) -> None:
+        """Make ``handler`` the handler of the system messages of class ``kind`` here."""
+        if SYSTEM_KINDS.get(kind.KIND) is not kind:
+            raise ValueError(f"{kind.__qualname__} is not a registered system-message kind")
+        self._sys_handlers[kind.KIND] = handler
 
     # -- receiving ---------------------------------------------------------------------------
-    def _on_frame(self, frame: list[memoryview]) -> None:
-        env = pickle.loads(frame[0])
-        kind = env[0]
-        if kind == m.REPLY:
-            handler = self.ports.get(env[1])
+    def _on_inbound(self, inbound: Inbound) -> None:
+        """A frame and its header, decoded by the connection that read it (loop thread)."""
+        header, frame = inbound
+        if isinstance(header, Reply):
+            handler = self.ports.get(header.port_id)
             if handler is not None:
-                handler(env, frame)
-        elif kind == m.CALL:
-            self._dispatch_call(env, frame)
-        elif kind == m.SYS:
-            self._on_sys(env[1], frame)
+                handler(header, frame)
+        elif isinstance(header, Call):
+            self._dispatch_call(header, frame)
+        elif isinstance(header, System):
+            self._on_sys(header.kind, frame)
         else:
-            log.warning("regency: dropping frame of unknown kind %r", kind)
+            log.warning("regency: dropping frame with an unknown header %r", header)
 
-    def _dispatch_call(self, env: tuple[Any, ...], frame: list[memoryview]) -> None:
-        uid = env[1]
-        if env[6]:  # a relayed cast: forward it down the tree, then keep it if it is ours
+    def _dispatch_call(self, call: Call, frame: list[memoryview]) -> None:
+        uid = call.mesh_uid
+        if call.fanout:  # a relayed cast: forward it down the tree, then keep it if it is ours
             relay = self.trees.get(uid)
             if relay is None:
-                self._hold(env, frame)
+                self._hold(call, frame)
                 return
             tree, me = relay
-            for addr in tree.next_hops(tree.pos_of[me], env[4], self.dead_addrs):
+            hops, mine = tree.relay(me, call.cast, self.dead_addrs)
+            for addr in hops:
                 self.router.send(addr, frame)
-            if not tree.is_target(me, env[4]):
+            if not mine:
                 return
-            if env[2][:4] == "sys:":  # a system message that travelled the tree, in order
-                self._on_sys(env[2][4:], frame)
+            kind = call.system_kind
+            if kind is not None:  # a system message that travelled the tree, in order
+                self._on_sys(kind, frame)
                 return
         cell = self.cells.get(uid)
         if cell is not None:
-            cell.enqueue(env, frame)
+            cell.enqueue(call, frame)
         else:
-            self._hold(env, frame)
+            self._hold(call, frame)
 
     def _on_sys(self, kind: str, frame: list[memoryview]) -> None:
-        handler = self.sys_handlers.get(kind)
+        handler = self._sys_handlers.get(kind)
         if handler is None:
             log.warning("regency: no handler for system message %r", kind)
             return
         try:
-            handler(loads(frame[1], frame[2:]))
+            msg = loads(frame[1], frame[2:])
+            if not isinstance(msg, SYSTEM_KINDS[kind]):
+                raise TypeError(f"a {kind!r} system message carried {type(msg).__name__}")
+            handler(msg)
         except Exception:  # a bad message must never take the connection or proc down
             log.exception("regency: error handling system message %r", kind)
 
-    def _hold(self, env: tuple[Any, ...], frame: list[memoryview]) -> None:
+    def _hold(self, call: Call, frame: list[memoryview]) -> None:
         """Keep a message for an actor that is not spawned here yet."""
-        uid = env[1]
+        uid = call.mesh_uid
         held = self.held.setdefault(uid, [])
-        held.append((env, frame))
+        held.append((call, frame))
         if len(held) == 1:
             delay = float(config.get("pending_message_timeout"))
             self.loop.call_later(delay, self._expire_held, uid, time.monotonic())
 
     def _expire_held(self, uid: str, since: float) -> None:
-        for env, _frame in self.held.pop(uid, []):
-            port = env[3]
+        for call, _frame in self.held.pop(uid, []):
+            port = call.port
             if port is not None:
                 wait = config.get("pending_message_timeout")
                 msg = f"no actor of mesh {uid!r} was spawned in this proc within {wait}s"
-                self.send_reply(port, None, m.SUPERVISION, (msg, None))
+                self.send_reply(port, None, SUPERVISION, (msg, None))
 
     def add_cell(self, uid: str, cell: Any) -> None:
         """Register an actor cell and hand it the messages that arrived before it."""
         self.cells[uid] = cell
-        for env, frame in self.held.pop(uid, []):
-            self._dispatch_call(env, frame)
+        for call, frame in self.held.pop(uid, []):
+            self._dispatch_call(call, frame)
 
     # -- failures of peers ----------------------------------------------------------------------
     def _on_peer_lost(self, addr: str, exc: BaseException | None) -> None:
@@ -265,16 +310,16 @@ class Runtime:
 
     def _on_undeliverable(self, addr: str, frame: Frame, exc: BaseException) -> None:
         flat = _flat(frame)
-        env = pickle.loads(flat[0])
+        header = decode_header(flat[0])  # one of our own frames: its header is well formed
 
         def why() -> str:  # the cause of the peer's death, once supervision knows it
             return self.dead_addrs.get(addr) or f"cannot reach {addr}: {exc}"
 
-        if env[0] == m.CALL and env[3] is not None:
-            port = env[3]
+        if isinstance(header, Call) and header.port is not None:
+            port = header.port
 
             def answer() -> None:
-                self.send_reply(port, None, m.SUPERVISION,
+                self.send_reply(port, None, SUPERVISION,
                                 (f"message undeliverable: {why()}", None))
 
             try:
@@ -285,17 +330,17 @@ class Runtime:
                                                    answer)
             except RuntimeError:
                 pass  # the loop is closed: this runtime is shutting down, its calls with it
-        elif env[0] == m.SYS:  # a request that waits for an answer gets the error instead
+        elif isinstance(header, System):  # a request that waits for an answer gets the error
             try:
                 payload = loads(flat[1], flat[2:])
             except Exception:  # noqa: BLE001 - nothing to answer then
                 return
-            port = payload.get("port") if isinstance(payload, dict) else None
-            if port is not None:
+            asked: PortRef | None = getattr(payload, "port", None)
+            if asked is not None:
                 from ..errors import TransportError
 
-                self.send_reply(port, None, m.RAW_ERROR,
-                                TransportError(f"{env[1]} to {addr} undeliverable: {why()}"))
+                self.send_reply(asked, None, RAW_ERROR, TransportError(
+                    f"{header.kind} to {addr} undeliverable: {why()}"))
 
     def mark_dead(self, addr: str, why: str) -> None:
         """Record that the runtime at ``addr`` is gone (e.g. its proc exited)."""
@@ -349,17 +394,17 @@ class Runtime:
         agent = logical[len("via:"):].partition("/")[0]
         fut: asyncio.Future[Any] = self.loop.create_future()
 
-        def on_reply(env: tuple[Any, ...], frame: list[memoryview]) -> None:
+        def on_reply(reply: Reply, frame: list[memoryview]) -> None:
             self.close_port(port_id)
             value = loads(frame[1], frame[2:])
             if not fut.done():
-                if env[3] == m.OK:
+                if reply.status == OK:
                     fut.set_result(value)
                 else:
                     fut.set_exception(ConnectionError(str(value)))
 
         port_id = self.open_port(on_reply, frozenset({agent}))
-        self.send_sys(agent, "resolve", name=logical, port=(self.reply_address(True), port_id))
+        self.send_sys(agent, Resolve(logical, (self.reply_address(True), port_id)))
         return str(await asyncio.wait_for(fut, float(config.get("spawn_timeout"))))
 
 

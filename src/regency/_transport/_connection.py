@@ -67,7 +67,7 @@ from ._tls import TlsSession
 
 log = logging.getLogger("regency.transport")
 
-FrameHandler = Callable[["Connection", list[memoryview]], None]
+FrameHandler = Callable[["Connection", Any], None]  # gets what ``decode`` made of a frame
 CloseHandler = Callable[["Connection", BaseException | None], None]
 _IOV_MAX = 512
 _READS_PER_EVENT = 16
@@ -93,8 +93,10 @@ class Connection:
         shm_min_bytes: int = 0,
         shm_pool: _shm.SegmentPool | None = None,
         poller: Poller | None = None,
+        decode: Callable[[list[memoryview]], Any] | None = None,
     ) -> None:
         self.sock = sock
+        self._decode = decode  # a frame's header, decoded once here for every consumer
         self.loop = loop
         self._on_frame = on_frame
         self._on_close = on_close
@@ -120,7 +122,7 @@ class Connection:
         self.last_activity = time.monotonic()  # bytes moved either way: the peer is alive
         self._poller = poller if tls is None else None
         self._rlock = threading.RLock()  # held while reading: by the loop or a borrower
-        self._handback: collections.deque[list[memoryview]] = collections.deque()
+        self._handback: collections.deque[Any] = collections.deque()
         self._borrowers: list[Waker] = []  # threads waiting to read it themselves
         self._ending = False  # a borrower saw it end; the loop closes it
         self.taken = 0  # frames borrowers took (statistics)
@@ -168,8 +170,8 @@ class Connection:
         if end is not None:
             self._end(end)
 
-    def _deliver(self, frame: list[memoryview]) -> None:
-        self._on_frame(self, frame)
+    def _deliver(self, item: Any) -> None:
+        self._on_frame(self, item)
 
     def _end(self, end: tuple[bool, BaseException | None]) -> None:
         failed, exc = end
@@ -179,7 +181,7 @@ class Connection:
         else:
             self._lost(exc)
 
-    def _read(self, sink: Callable[[list[memoryview]], None],
+    def _read(self, sink: Callable[[Any], None],
               reads: int = _READS_PER_EVENT) -> tuple[bool, BaseException | None] | None:
         """Read what is there and pass each whole frame to ``sink`` (read lock held).
 
@@ -245,9 +247,10 @@ class Connection:
         except (ProtocolError, ssl.SSLError) as exc:
             self._fail(exc)
 
-    def _drain(self, sink: Callable[[list[memoryview]], None]
+    def _drain(self, sink: Callable[[Any], None]
                ) -> tuple[bool, BaseException | None] | None:
         next_frame = self._decoder.next_frame
+        decode = self._decode
         unix = self._unix
         while not self.closed:
             frame = next_frame()
@@ -263,7 +266,14 @@ class Connection:
                         frame = self._resolve(frame)
                     except _shm.ShmError as exc:
                         return (True, ProtocolError(str(exc)))
-            sink(frame)
+            if decode is None:
+                sink(frame)
+                continue
+            try:
+                item = decode(frame)
+            except ProtocolError as exc:
+                return (True, exc)
+            sink(item)
         return None
 
     def _resolve(self, frame: list[Any]) -> list[memoryview]:
@@ -299,15 +309,16 @@ class Connection:
         if self._poller is not None and not self.throttled:
             self._poller.resume(self)
 
-    def read_here(self, take: Callable[[list[memoryview]], bool], waker: Waker,
+    def read_here(self, take: Callable[[Any], bool], waker: Waker,
                   timeout: float | None, ready: Callable[[], bool],
                   paused: bool = False, spin: float = 0.0,
                   guard: AbstractContextManager[Any] | None = None) -> bool:
         """Wait for and read this connection on the calling thread, not the loop's.
 
-        Whole frames go to ``take`` in arrival order while it accepts them (returns True);
-        from the first it declines on, the rest go to the loop, in order, as if the loop had
-        read them. ``take`` runs under the read lock: it must only keep frames, never block.
+        Whole frames (as ``decode`` made them) go to ``take`` in arrival order while it
+        accepts them (returns True); from the first it declines on, the rest go to the loop,
+        in order, as if the loop had read them. ``take`` runs under the read lock: it must
+        only keep frames, never block.
         Returns after one read, a ``waker.wake()`` or ``timeout`` (the caller loops), and
         without reading when ``ready()`` is true once the loop cannot read any more (what
         the loop read before must be handled first). Returns False when this connection
@@ -694,17 +705,17 @@ class _Taker:
 
     __slots__ = ("conn", "declined", "take")
 
-    def __init__(self, conn: Connection, take: Callable[[list[memoryview]], bool]) -> None:
+    def __init__(self, conn: Connection, take: Callable[[Any], bool]) -> None:
         self.conn = conn
         self.take = take
         self.declined = bool(conn._handback)  # frames still to give back go first
 
-    def __call__(self, frame: list[memoryview]) -> None:
-        if not self.declined and self.take(frame):
+    def __call__(self, item: Any) -> None:
+        if not self.declined and self.take(item):
             self.conn.taken += 1
             return
         self.declined = True
-        self.conn._handback.append(frame)  # the loop delivers it, in order (see read_here)
+        self.conn._handback.append(item)  # the loop delivers it, in order (see read_here)
 
 
 class _Flushed:

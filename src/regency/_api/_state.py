@@ -1,0 +1,70 @@
+"""What the API layer keeps per runtime, as one typed object (``Runtime.api``).
+
+The runtime knows nothing of meshes or supervision; the API layer hangs its books here:
+the supervisor, the state shared by a mesh and its slices, the proc meshes and actor meshes
+this process owns, the failed ranks it has heard of, the singleton controllers (at the root)
+and the workers it keeps alive with heartbeats.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .._mesh import Shape
+from .._runtime._runtime import Runtime
+from ..errors import MeshFailure
+
+if TYPE_CHECKING:
+    from ._mesh_state import _MeshState
+    from ._supervisor import Supervisor
+
+__all__ = ["ApiState", "OwnedMesh", "ProcMeshRecord", "api_state"]
+
+
+@dataclass(eq=False)
+class ProcMeshRecord:
+    """A proc mesh this process spawned (and owns)."""
+
+    state: _MeshState
+    addr_list: list[str]  # by rank
+    agents: list[str]  # the host agent of each rank
+    owner_uid: str | None  # the actor mesh that spawned it (None: the client)
+    name: str
+    shape: Shape
+
+
+@dataclass(eq=False)
+class OwnedMesh:
+    """An actor mesh this process spawned: stopped with its owner."""
+
+    uid: str
+    class_name: str
+    shape: Shape
+    proc_addrs: tuple[str, ...]
+    owner_uid: str | None
+
+
+@dataclass(eq=False)
+class ApiState:
+    """The API layer's books in one runtime."""
+
+    supervisor: Supervisor | None = None  # set by ``_dispatch.install``
+    mesh_state: dict[str, _MeshState] = field(default_factory=dict)  # mesh uid -> state
+    proc_meshes: dict[str, ProcMeshRecord] = field(default_factory=dict)
+    owned: dict[str, OwnedMesh] = field(default_factory=dict)  # actor meshes spawned here
+    failed_ranks: dict[str, dict[int, MeshFailure]] = field(default_factory=dict)
+    controllers: dict[str, Any] = field(default_factory=dict)  # name -> ActorMesh (root)
+    heartbeats: dict[str, float] = field(default_factory=dict)  # worker -> last answer
+    heartbeat_task: asyncio.Task[None] | None = None
+    heartbeat_started: bool = False
+
+
+def api_state(rt: Runtime) -> ApiState:
+    """The API layer's state in ``rt`` (made on first use)."""
+    state = rt.api
+    if state is None:
+        state = rt.api = ApiState()
+    assert isinstance(state, ApiState)
+    return state

@@ -1,0 +1,97 @@
+"""The header codec: a typed header to bytes and back, the only code that sees its layout.
+
+Underneath the typed classes of :mod:`._messages`, a header travels as a pickled tuple
+``(TAG, *fields)`` in field order: compact (no class names on the wire) and fast (one C call
+each way, plus the object's construction). Nothing outside this module indexes that tuple.
+
+A frame's header is decoded once per process, by the connection that read it
+(:func:`decode_inbound`), and handed on as an object with its frame.
+
+The two headers of every round trip have encoders of their own, :func:`encode_call` and
+:func:`encode_reply`: the same bytes as ``encode_header(Call(...))`` and
+``encode_header(Reply(...))`` without building an object only to take it apart again
+(about 0.35 us a message).
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import fields
+from operator import attrgetter
+from typing import Any
+
+from ._errors import ProtocolError
+from ._messages import HEADER_KINDS, Call, Cast, Header, PortRef, Reply, System
+
+__all__ = [
+    "Inbound",
+    "decode_header",
+    "decode_inbound",
+    "encode_call",
+    "encode_header",
+    "encode_reply",
+    "system_header",
+]
+
+Inbound = tuple[Header, list[memoryview]]
+"""A received frame with its decoded header: ``(header, frame)``; ``frame[0]`` is the raw
+header, ``frame[1:]`` the payload."""
+
+_BY_TAG = HEADER_KINDS
+_ENCODERS = {cls: attrgetter("TAG", *(f.name for f in fields(cls))) for cls in HEADER_KINDS}
+_dumps = pickle.dumps
+_loads = pickle.loads
+_system_headers: dict[str, bytes] = {}
+
+
+def encode_header(header: Header) -> bytes:
+    """The bytes of ``header`` (the first buffer of its frame)."""
+    return _dumps(_ENCODERS[type(header)](header), 5)
+
+
+def encode_call(mesh_uid: str, endpoint: str, port: PortRef | None, cast: Cast, sender: str,
+                fanout: int) -> bytes:
+    """``encode_header(Call(mesh_uid, endpoint, port, cast, sender, fanout))``, faster."""
+    return _dumps((_CALL, mesh_uid, endpoint, port, cast, sender, fanout), 5)
+
+
+def encode_reply(port_id: int, rank: int | None, status: int) -> bytes:
+    """``encode_header(Reply(port_id, rank, status))``, faster."""
+    return _dumps((_REPLY, port_id, rank, status), 5)
+
+
+_CALL = Call.TAG
+_REPLY = Reply.TAG
+
+
+def system_header(kind: str) -> bytes:
+    """The encoded ``System(kind)`` header (cached: system headers are few and constant)."""
+    data = _system_headers.get(kind)
+    if data is None:
+        data = _system_headers[kind] = encode_header(System(kind))
+    return data
+
+
+def decode_header(data: Any) -> Header:
+    """The header encoded in ``data`` (bytes or a buffer); ``ProtocolError`` if malformed."""
+    try:
+        fields_ = _loads(data)
+        return _BY_TAG[fields_[0]](*fields_[1:])
+    except Exception as exc:
+        raise _malformed(exc) from None
+
+
+def decode_inbound(frame: list[memoryview]) -> Inbound:
+    """A received frame with its header decoded (the connection calls it once per frame).
+
+    ``decode_header``, inlined: this runs for every frame a process receives.
+    """
+    try:
+        fields_ = _loads(frame[0])
+        return (_BY_TAG[fields_[0]](*fields_[1:]), frame)
+    except Exception as exc:
+        raise _malformed(exc) from None
+
+
+def _malformed(exc: Exception) -> ProtocolError:
+    return ProtocolError(f"malformed message header: {type(exc).__name__}: {exc}")
