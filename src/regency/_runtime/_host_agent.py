@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from .. import config
+from . import _output
 from ._messages import OK, RAW_ERROR
 from ._runtime import Runtime
 
@@ -56,14 +57,19 @@ class ProcRecord:
 
 
 def write_lines(label: str, kind: str, lines: list[str]) -> None:
-    """Print a proc's lines on our stdout or stderr, each prefixed with ``[label]``."""
-    stream = sys.stderr if kind == "stderr" else sys.stdout
+    """Print a proc's lines on our stdout or stderr, each prefixed with ``[label]``: whole
+    lines, never inside a line this process's own code is writing (see ``_output``)."""
     prefix = f"[{label}] " if config.get("prefix_with_rank") else ""
     try:
-        stream.write("".join(f"{prefix}{t}\n" for t in lines))
-        stream.flush()
+        held = _output.write_whole(kind, "".join(f"{prefix}{t}\n" for t in lines))
     except (OSError, ValueError):
-        pass
+        return
+    guard = _output.guard(kind)
+    if held and guard is not None:
+        try:  # on the loop thread: write it anyway if the open line stays open
+            asyncio.get_running_loop().call_later(_output.HOLD_S, guard.release_overdue)
+        except RuntimeError:
+            pass  # no loop here: it goes out with the end of the line, or at exit
 
 
 def describe_status(status: int) -> str:
