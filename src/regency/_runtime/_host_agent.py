@@ -23,6 +23,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -84,6 +85,7 @@ def describe_status(status: int) -> str:
     return f"exited with code {os.WEXITSTATUS(status)}"
 
 
+SIGKILL_REAP_S = 5.0  # how long a stop waits for SIGKILLed procs to be reaped
 STATUS_BYTES = 128  # the status page: the endpoint a proc is running, NUL-padded
 
 
@@ -151,6 +153,7 @@ class HostAgent:
         self._sock: socket.socket | None = None
         self._zygote: subprocess.Popen[bytes] | None = None
         self._stop_waiters: list[tuple[set[str], asyncio.Future[None]]] = []
+        self._tasks: set[asyncio.Task[None]] = set()  # kept until done; failures logged
         self._outbox: collections.deque[tuple[bytes, list[int]]] = collections.deque()
         self._writer_armed = False
         handlers = runtime.sys_handlers
@@ -417,7 +420,22 @@ class HostAgent:
         fut = self.rt.loop.create_future()
         self._stop_waiters.append((addrs, fut))
         timeout = float(config.get("stop_actor_timeout")) + float(config.get("cleanup_timeout"))
-        self.rt.loop.create_task(self._await_stop(addrs, fut, timeout, port))
+        self.track(self._await_stop(addrs, fut, timeout, port), "stop procs")
+
+    def track(self, work: Coroutine[Any, Any, None], what: str) -> asyncio.Task[None]:
+        """Run ``work`` as a task that is kept until it ends and whose failure is logged
+        (an exception in an untracked task is lost). Loop thread."""
+        task = self.rt.loop.create_task(work, name=f"regency-host-{what.replace(' ', '-')}")
+        self._tasks.add(task)
+
+        def done(task: asyncio.Task[None]) -> None:
+            self._tasks.discard(task)
+            if not task.cancelled() and task.exception() is not None:
+                log.error("regency: the host agent failed to %s", what,
+                          exc_info=task.exception())
+
+        task.add_done_callback(done)
+        return task
 
     async def _await_stop(self, addrs: set[str], fut: asyncio.Future[None], timeout: float,
                           port: tuple[str, int] | None) -> None:
@@ -426,7 +444,13 @@ class HostAgent:
                 await asyncio.wait_for(asyncio.shield(fut), timeout)
             except asyncio.TimeoutError:
                 self.kill(addrs)
-                await asyncio.wait_for(asyncio.shield(fut), 5.0)
+                try:
+                    await asyncio.wait_for(asyncio.shield(fut), SIGKILL_REAP_S)
+                except asyncio.TimeoutError:
+                    # not reaped (stuck in the kernel?): the stop is answered all the same
+                    self._stop_waiters = [w for w in self._stop_waiters if w[1] is not fut]
+                    log.warning("regency: procs %s were not reaped %.0f s after SIGKILL",
+                                ", ".join(sorted(addrs)), SIGKILL_REAP_S)
         if port is not None:
             self.rt.send_reply(port, None, OK, None)
 
