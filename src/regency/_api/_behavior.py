@@ -71,7 +71,6 @@ class ActorBehavior:
         self.context = Context(self.instance, empty_point())
         self.actor: Actor | None = None
         self.failure: MeshFailure | None = None
-        self.current: str | None = None
         self.tasks: set[asyncio.Task[Any]] = set()
         self.stop_requested: str | None = None
         self.cleaned = False  # __cleanup__ ran (it runs at most once)
@@ -106,7 +105,6 @@ class ActorBehavior:
             return None
         name = env[2]
         set_context(MessageContext(self.instance, env[4], self.g))
-        self.current = name
         if self._status is not None:
             self._say_running(name)
         explicit = False
@@ -127,7 +125,6 @@ class ActorBehavior:
                     self.before_reply()
                 self._reply(port, result, name)
         finally:
-            self.current = None
             if self._status is not None:
                 self._status[:1] = b"\0"  # nothing in flight
         if self.failure is not None and not self.cleaned:
@@ -156,7 +153,6 @@ class ActorBehavior:
         ctx = MessageContext(self.instance, env[4], self.g)
         ctx.concurrent = concurrent
         set_context(ctx)
-        self.current = name
         explicit = False
         try:
             fn, explicit, args, kwargs = self._prepare(name, port, frame)
@@ -178,7 +174,6 @@ class ActorBehavior:
             if port is not None and not explicit:
                 self._reply(port, result, name)
         finally:
-            self.current = None
             if self._status is not None:
                 self._status[:1] = b"\0"  # nothing in flight
         if self.failure is not None and not self.cleaned:

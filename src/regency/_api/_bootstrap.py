@@ -12,7 +12,7 @@ import atexit
 import os
 import secrets
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .._mesh import Extent, Point, Shape
 from .._runtime import _current
@@ -205,7 +205,3 @@ def enable_transport(transport: str) -> None:
 
     config.configure(default_transport=aliases[name])
 
-
-def current_runtime_or_none() -> Any:
-    """The runtime if started (never starts one)."""
-    return _current.get()

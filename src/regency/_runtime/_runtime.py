@@ -23,7 +23,6 @@ import os
 import pickle
 import socket
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -197,9 +196,9 @@ class Runtime:
         held.append((env, frame))
         if len(held) == 1:
             delay = float(config.get("pending_message_timeout"))
-            self.loop.call_later(delay, self._expire_held, uid, time.monotonic())
+            self.loop.call_later(delay, self._expire_held, uid)
 
-    def _expire_held(self, uid: str, since: float) -> None:
+    def _expire_held(self, uid: str) -> None:
         for env, _frame in self.held.pop(uid, []):
             port = env[3]
             if port is not None:
