@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-unit lint bench clean
+.PHONY: demo test test-unit test-stress lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -20,6 +20,13 @@ test: $(STAMP)
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
+
+# The whole suite STRESS_RUNS times (default 10) with STRESS_BURNERS CPU-bound processes
+# (default 2) beside it; stops at the first failing run. See tests/stress.py.
+STRESS_RUNS ?= 10
+STRESS_BURNERS ?= 2
+test-stress: $(STAMP)
+	$(BIN)/python tests/stress.py --runs $(STRESS_RUNS) --burners $(STRESS_BURNERS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples

@@ -157,10 +157,17 @@ def test_closing_wakes_a_borrower_and_ends_borrowing(pair: Pair) -> None:
 
 
 def test_a_hang_up_seen_by_a_borrower_reaches_the_loop(pair: Pair) -> None:
+    started = threading.Event()
     result: list[bool] = []
+
+    def ready() -> bool:  # asked once the loop can no longer read it: the borrower sees EOF
+        started.set()
+        return False
+
     t = threading.Thread(target=lambda: result.append(
-        pair.b.read_here(Taker(), Waker(), None, lambda: False)))
+        pair.b.read_here(Taker(), Waker(), None, ready)))
     t.start()
+    assert started.wait(T)
     pair.call(pair.a.close)
     t.join(T)
     assert result == [True]

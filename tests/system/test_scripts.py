@@ -213,3 +213,41 @@ def test_cleanup_runs_when_the_program_ends(tmp_path, reap):
         assert marker.exists(), describe(run)
         assert marker.read_text() == "cleaned"
     assert not wait_no_tagged(run.tag)
+
+
+OPEN_LINE = """
+import sys, time
+from regency.actor import Actor, endpoint, this_host
+from regency._runtime import _output
+
+_output.HOLD_S = 600.0  # the script ends its line itself, however slow the machine is
+
+class Talker(Actor):
+    @endpoint
+    def say(self, text):
+        print(text, flush=True)
+
+procs = this_host().spawn_procs(per_host={"gpus": 1})
+talker = procs.spawn("talker", Talker)
+print("T0 begins", end="", flush=True)
+talker.say.call_one("from the proc").get(timeout=20)
+deadline = time.monotonic() + 20
+while not sys.stdout._held and time.monotonic() < deadline:  # the agent read the proc's line
+    time.sleep(0.01)
+held = bool(sys.stdout._held)
+print(" and ends", flush=True)
+print("HELD", held, flush=True)
+procs.stop().get(timeout=20)
+"""
+
+
+def test_proc_output_never_lands_inside_a_line_the_script_is_writing(tmp_path, reap):
+    run = run_script(tmp_path, OPEN_LINE)
+    reap.append(run.tag)
+    assert run.returncode == 0, describe(run)
+    lines = run.stdout.splitlines()
+    assert "HELD True" in lines, describe(run)
+    assert "T0 begins and ends" in lines, describe(run)
+    proc = [ln for ln in lines if ln.endswith("from the proc")]
+    assert len(proc) == 1 and proc[0].startswith("[anon "), describe(run)
+    assert lines.index(proc[0]) == lines.index("T0 begins and ends") + 1, describe(run)

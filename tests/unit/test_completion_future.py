@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
+import time
+from types import FrameType
+from typing import Any
 
 import pytest
 
 from regency._api._future import Future, completed, failed
+from regency._runtime import _completion
 from regency._runtime._completion import Completion
 
 
@@ -116,3 +121,71 @@ def test_an_interrupt_waits_for_the_end_of_a_deferred_section() -> None:
         reached.append("after the signal, inside")
     assert reached == ["after the signal, inside"]
     assert _failfast.defer_interrupts.depth == 0 and not _failfast.defer_interrupts.pending
+
+
+def _switch_often(frame: FrameType, event: str, arg: object) -> Any:
+    """A trace function that offers the other threads a turn before every bytecode run in
+    ``_completion.py``: each gap between two steps of ``Completion`` becomes a place where
+    the racing threads can interleave (the interpreter alone switches far more rarely)."""
+    if frame.f_code.co_filename != _completion.__file__:
+        return None
+    frame.f_trace_opcodes = True
+
+    def step(frame: FrameType, event: str, arg: object) -> Any:
+        if event == "opcode":
+            time.sleep(0)
+        return step
+
+    return step
+
+
+def test_callbacks_added_while_another_thread_finishes_each_run_exactly_once() -> None:
+    """Two threads add callbacks while a third sets the result, round after round, each
+    offering a thread switch before every bytecode of ``Completion``: any window in which a
+    callback can be lost, fail, or run twice is hit. Every callback must run exactly once."""
+    rounds, per_adder = 200, 3
+    cells: list[Completion] = []
+    calls: list[list[int]] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)  # the three racers and this thread, which sets a round up
+    end = threading.Barrier(4)
+
+    def race(first: int | None) -> None:
+        sys.settrace(_switch_often)
+        try:
+            for _ in range(rounds):
+                start.wait()
+                cell, counts = cells[-1], calls[-1]
+                try:
+                    if first is None:
+                        cell.set_result(None)
+                    else:
+                        for i in range(first, first + per_adder):
+                            cell.add_done_callback(
+                                lambda _c, i=i, n=counts: n.__setitem__(i, n[i] + 1))
+                except Exception as exc:  # reported by the test thread
+                    errors.append(exc)
+                end.wait()
+        except threading.BrokenBarrierError:
+            pass  # the test thread gave up (a failed round)
+        finally:
+            sys.settrace(None)
+
+    racers = [threading.Thread(target=race, args=(first,)) for first in (0, per_adder, None)]
+    for t in racers:
+        t.start()
+    try:
+        for n in range(rounds):
+            cells.append(Completion())
+            calls.append([0] * 2 * per_adder)
+            start.wait(timeout=30)
+            end.wait(timeout=30)
+            assert not errors, f"round {n}: {errors[0]!r}"
+            assert calls[-1] == [1] * 2 * per_adder, f"round {n}: runs per callback {calls[-1]}"
+    except BaseException:
+        start.abort()
+        end.abort()
+        raise
+    finally:
+        for t in racers:
+            t.join(timeout=30)

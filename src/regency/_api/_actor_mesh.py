@@ -98,7 +98,7 @@ class ActorMesh(MeshTrait):
     def _install_endpoints(self) -> None:
         eps = endpoints_of(self._cls)
         for name, ep in eps.items():
-            setattr(self, name, Endpoint(self, name, ep.signature(), ep.explicit_response_port))
+            setattr(self, name, Endpoint(self, name, ep.signature()))
         for name, value in inspect.getmembers(self._cls):
             if name.startswith("_") or name in eps or name in _RESERVED:
                 continue

@@ -19,4 +19,4 @@ def as_endpoint(method: Any, *, propagate: Any = None,
     mesh = method._mesh
     fn = getattr(mesh._cls, method._name)
     params = list(inspect.signature(fn).parameters.values())[1 + int(explicit_response_port):]
-    return Endpoint(mesh, method._name, inspect.Signature(params), explicit_response_port)
+    return Endpoint(mesh, method._name, inspect.Signature(params))

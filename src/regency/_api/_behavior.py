@@ -72,7 +72,6 @@ class ActorBehavior:
         self.context = Context(self.instance, empty_point())
         self.actor: Actor | None = None
         self.failure: MeshFailure | None = None
-        self.current: str | None = None
         self.tasks: set[asyncio.Task[Any]] = set()
         self.stop_requested: str | None = None
         self.cleaned = False  # __cleanup__ ran (it runs at most once)
@@ -108,7 +107,6 @@ class ActorBehavior:
             return None
         name = call.endpoint
         set_context(MessageContext(self.instance, call.cast, self.g))
-        self.current = name
         if self._status is not None:
             self._say_running(name)
         explicit = False
@@ -129,7 +127,6 @@ class ActorBehavior:
                     self.before_reply()
                 self._reply(port, result, name)
         finally:
-            self.current = None
             if self._status is not None:
                 self._status[:1] = b"\0"  # nothing in flight
         if self.failure is not None and not self.cleaned:
@@ -158,7 +155,6 @@ class ActorBehavior:
         ctx = MessageContext(self.instance, call.cast, self.g)
         ctx.concurrent = concurrent
         set_context(ctx)
-        self.current = name
         explicit = False
         try:
             fn, explicit, args, kwargs = self._prepare(name, port, frame)
@@ -180,7 +176,6 @@ class ActorBehavior:
             if port is not None and not explicit:
                 self._reply(port, result, name)
         finally:
-            self.current = None
             if self._status is not None:
                 self._status[:1] = b"\0"  # nothing in flight
         if self.failure is not None and not self.cleaned:

@@ -12,7 +12,7 @@ import atexit
 import os
 import secrets
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .._mesh import Extent, Point, Shape
 from .._runtime import _current
@@ -47,6 +47,7 @@ def runtime() -> Runtime:
 def _start_controller() -> Runtime:
     global _atexit_registered, _root_context
     from .. import config
+    from .._runtime import _output
     from .._runtime._host_agent import HostAgent
     from .._runtime._malloc import reuse_freed_memory
     from . import _dispatch
@@ -78,6 +79,7 @@ def _start_controller() -> Runtime:
     rt.root = rt.host_agent = rt.address
     rt.thread = thread
     rt.agent = HostAgent(rt)
+    _output.install()  # procs' output is written between the script's lines, not inside
     _dispatch.install(rt)
     from . import _failfast
 
@@ -180,12 +182,14 @@ async def _cancel_tasks() -> None:
 
 
 def _at_exit() -> None:
+    from .._runtime import _output
     from . import _failfast
 
     rt = _current.get()
     if rt is not None and rt.role == "controller":
         # after a fail-fast, healthy but busy actors are not waited for
         _shutdown(rt, 0.3 if _failfast.pending_exit_code() is not None else 3.0)
+    _output.release_all()  # procs' lines held back by a line the script left open
     code = _failfast.pending_exit_code()
     if code is not None:
         os._exit(code)  # a failure arrived after the script's last line: never exit 0
@@ -201,7 +205,3 @@ def enable_transport(transport: str) -> None:
 
     config.configure(default_transport=aliases[name])
 
-
-def current_runtime_or_none() -> Any:
-    """The runtime if started (never starts one)."""
-    return _current.get()

@@ -42,12 +42,10 @@ A = TypeVar("A")
 class Endpoint(Generic[R]):
     """An endpoint of an actor mesh (or of a slice of it), carrying the adverbs."""
 
-    def __init__(self, mesh: ActorMesh, name: str, signature: inspect.Signature | None,
-                 explicit_port: bool = False) -> None:
+    def __init__(self, mesh: ActorMesh, name: str, signature: inspect.Signature | None) -> None:
         self._mesh = mesh
         self._name = name
         self._signature = signature
-        self._explicit_port = explicit_port
         self._positional = _positional_range(signature)
         self._label = f"{mesh._name_text}.{name}()"
 
@@ -249,11 +247,6 @@ class _Collector:
     def lost(self, exc: BaseException) -> None:
         """A member it waits on is gone: fail whatever is still pending."""
         self.fail(exc)
-
-    def waits_on(self, addr: str) -> bool:
-        """Whether a rank that has not answered yet lives at ``addr``."""
-        route = self.route
-        return any(a == addr and g in self.expected for g, a in zip(route.ranks, route.addrs))
 
 
 class _Gather(_Collector):

@@ -17,6 +17,7 @@ from types import FrameType
 from typing import Any
 
 from .. import config
+from .._runtime import _output
 
 _exit_code: int | None = None
 _installed = False
@@ -132,8 +133,12 @@ def fail_fast(report: str, code: int = 1) -> None:
         return
     _exit_code = code
     try:
-        sys.stderr.write(report.rstrip() + "\n")
-        sys.stderr.flush()
+        stream = _output.guard("stderr")
+        if stream is not None:
+            stream.interject(report.rstrip() + "\n")  # whole, after the script's open line
+        else:
+            sys.stderr.write(report.rstrip() + "\n")
+            sys.stderr.flush()
     except (OSError, ValueError):
         pass
     deadline = float(config.get("fail_fast_exit_deadline"))

@@ -10,7 +10,7 @@ whichever kind of message it is, while the sender itself only writes to ``f`` re
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 
 def children(pos: int, n: int, fanout: int) -> range:
@@ -30,16 +30,6 @@ def path(pos: int, fanout: int) -> list[int]:
     while (pos := parent(pos, fanout)) >= 0:
         out.append(pos)
     return out[::-1]
-
-
-def subtree(pos: int, n: int, fanout: int) -> Iterator[int]:
-    """``pos`` and every position below it."""
-    level = range(pos, pos + 1)
-    while level:
-        yield from level
-        first = fanout * (level.start + 1)
-        last = fanout * (level.stop - 1 + 1) + fanout
-        level = range(min(first, n), min(last, n))
 
 
 def hops(pos: int, targets: Iterable[int], n: int, fanout: int) -> list[int]:

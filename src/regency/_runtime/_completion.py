@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 _PENDING = object()
-_FINISH = threading.Lock()  # finishing is check-then-set: two threads may race to finish
+_FINISH = threading.Lock()  # finishing is check-then-set, and so is adding a callback
 
 #: ``reader(completion, timeout) -> done``: waits by reading the reply's connection itself
 Reader = Callable[["Completion", "float | None"], bool]
@@ -52,6 +52,7 @@ class Completion:
                 return False
             self._exc = exc
             self._value = value
+            callbacks, self._callbacks = self._callbacks, None  # none can be added from now
         if not isinstance(self.label, str):
             self.label = ""  # a describer may hold its owner, which holds us: no cycle
         self.reader = None
@@ -59,7 +60,6 @@ class Completion:
         waker = self.waker
         if waker is not None:
             waker.wake()
-        callbacks, self._callbacks = self._callbacks, None
         for cb in callbacks or ():
             cb(self)
         return True
@@ -91,17 +91,21 @@ class Completion:
         return self._exc
 
     def add_done_callback(self, cb: Callable[[Completion], None]) -> None:
-        """Call ``cb(self)`` when done (at once if already done), on the finishing thread."""
-        if self._value is not _PENDING:
-            cb(self)
-            return
-        if self._callbacks is None:
-            self._callbacks = []
-        self._callbacks.append(cb)
-        if self._value is not _PENDING and self._callbacks is not None:  # raced with _finish
-            callbacks, self._callbacks = self._callbacks, None
-            for c in callbacks:
-                c(self)
+        """Call ``cb(self)`` when done (at once if already done), on the finishing thread.
+
+        Exactly once, whichever threads add callbacks and finish at the same time: adding
+        and finishing take the same lock, so a callback is either in the list that the
+        finishing thread takes or sees the cell done and runs at once.
+        """
+        if self._value is _PENDING:
+            with _FINISH:
+                if self._value is _PENDING:
+                    if self._callbacks is None:
+                        self._callbacks = [cb]
+                    else:
+                        self._callbacks.append(cb)
+                    return
+        cb(self)
 
     def as_asyncio(self) -> asyncio.Future[Any]:
         """An asyncio future on the running loop that completes with this cell."""

@@ -23,6 +23,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -40,6 +41,7 @@ from .._wire._messages import (
     StopProc,
     StopProcs,
 )
+from . import _output
 from ._runtime import Runtime
 
 log = logging.getLogger("regency.host")
@@ -68,14 +70,19 @@ class ProcRecord:
 
 
 def write_lines(label: str, kind: str, lines: list[str]) -> None:
-    """Print a proc's lines on our stdout or stderr, each prefixed with ``[label]``."""
-    stream = sys.stderr if kind == "stderr" else sys.stdout
+    """Print a proc's lines on our stdout or stderr, each prefixed with ``[label]``: whole
+    lines, never inside a line this process's own code is writing (see ``_output``)."""
     prefix = f"[{label}] " if config.get("prefix_with_rank") else ""
     try:
-        stream.write("".join(f"{prefix}{t}\n" for t in lines))
-        stream.flush()
+        held = _output.write_whole(kind, "".join(f"{prefix}{t}\n" for t in lines))
     except (OSError, ValueError):
-        pass
+        return
+    guard = _output.guard(kind)
+    if held and guard is not None:
+        try:  # on the loop thread: write it anyway if the open line stays open
+            asyncio.get_running_loop().call_later(_output.HOLD_S, guard.release_overdue)
+        except RuntimeError:
+            pass  # no loop here: it goes out with the end of the line, or at exit
 
 
 def describe_status(status: int) -> str:
@@ -90,6 +97,7 @@ def describe_status(status: int) -> str:
     return f"exited with code {os.WEXITSTATUS(status)}"
 
 
+SIGKILL_REAP_S = 5.0  # how long a stop waits for SIGKILLed procs to be reaped
 STATUS_BYTES = 128  # the status page: the endpoint a proc is running, NUL-padded
 
 
@@ -157,6 +165,7 @@ class HostAgent:
         self._sock: socket.socket | None = None
         self._zygote: subprocess.Popen[bytes] | None = None
         self._stop_waiters: list[tuple[set[str], asyncio.Future[None]]] = []
+        self._tasks: set[asyncio.Task[None]] = set()  # kept until done; failures logged
         self._outbox: collections.deque[tuple[bytes, list[int]]] = collections.deque()
         self._writer_armed = False
         runtime.handle(SpawnProcs, self._on_spawn_procs)
@@ -418,7 +427,22 @@ class HostAgent:
         fut = self.rt.loop.create_future()
         self._stop_waiters.append((addrs, fut))
         timeout = float(config.get("stop_actor_timeout")) + float(config.get("cleanup_timeout"))
-        self.rt.loop.create_task(self._await_stop(addrs, fut, timeout, port))
+        self.track(self._await_stop(addrs, fut, timeout, port), "stop procs")
+
+    def track(self, work: Coroutine[Any, Any, None], what: str) -> asyncio.Task[None]:
+        """Run ``work`` as a task that is kept until it ends and whose failure is logged
+        (an exception in an untracked task is lost). Loop thread."""
+        task = self.rt.loop.create_task(work, name=f"regency-host-{what.replace(' ', '-')}")
+        self._tasks.add(task)
+
+        def done(task: asyncio.Task[None]) -> None:
+            self._tasks.discard(task)
+            if not task.cancelled() and task.exception() is not None:
+                log.error("regency: the host agent failed to %s", what,
+                          exc_info=task.exception())
+
+        task.add_done_callback(done)
+        return task
 
     async def _await_stop(self, addrs: set[str], fut: asyncio.Future[None], timeout: float,
                           port: tuple[str, int] | None) -> None:
@@ -427,7 +451,13 @@ class HostAgent:
                 await asyncio.wait_for(asyncio.shield(fut), timeout)
             except asyncio.TimeoutError:
                 self.kill(addrs)
-                await asyncio.wait_for(asyncio.shield(fut), 5.0)
+                try:
+                    await asyncio.wait_for(asyncio.shield(fut), SIGKILL_REAP_S)
+                except asyncio.TimeoutError:
+                    # not reaped (stuck in the kernel?): the stop is answered all the same
+                    self._stop_waiters = [w for w in self._stop_waiters if w[1] is not fut]
+                    log.warning("regency: procs %s were not reaped %.0f s after SIGKILL",
+                                ", ".join(sorted(addrs)), SIGKILL_REAP_S)
         if port is not None:
             self.rt.send_reply(port, None, OK, None)
 

@@ -26,7 +26,6 @@ import os
 import pickle
 import socket
 import threading
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -285,9 +284,9 @@ class Runtime:
         held.append((call, frame))
         if len(held) == 1:
             delay = float(config.get("pending_message_timeout"))
-            self.loop.call_later(delay, self._expire_held, uid, time.monotonic())
+            self.loop.call_later(delay, self._expire_held, uid)
 
-    def _expire_held(self, uid: str, since: float) -> None:
+    def _expire_held(self, uid: str) -> None:
         for call, _frame in self.held.pop(uid, []):
             port = call.port
             if port is not None:
