@@ -6,6 +6,21 @@ thread pauses the connection the reply will arrive on, reads it, runs the reply'
 handler itself, and resumes the connection. Every other frame it happens to read goes back
 to the loop, in order. When the reply comes another way (another connection, or a failure
 found by supervision), the loop completes the result and wakes the thread as before.
+
+The seam
+--------
+:class:`ReadHere` is the one place the runtime and the layers above meet borrowed reads
+(the transport's side is :mod:`regency._transport._borrowing`). It answers three questions,
+and nothing else reaches across for them:
+
+* *Which connection may this thread read?* ``source`` is the connection of the frame the
+  loop is handling now (set by the router around each frame; an actor's mailbox remembers
+  it to read while idle, and flow control throttles it); :meth:`ReadHere.came_from` is the
+  connection frames from a peer last arrived on (where a caller waits for its reply).
+* *Which replies may it take there?* Those to its own port, and to ports opened with
+  ``Runtime.open_port(..., any_thread=True)``: the layer that opens a port says so
+  explicitly (:meth:`ReadHere.allow`), instead of being asked about its objects.
+* *How long may it spin before sleeping?* ``spin`` (``borrow_spin``), when ``enabled``.
 """
 
 from __future__ import annotations
@@ -16,6 +31,7 @@ import time
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
+from .._transport._borrowing import Borrowable
 from .._transport._poller import Waker
 from . import _messages as m
 
@@ -23,7 +39,7 @@ if TYPE_CHECKING:
     from ._completion import Completion
     from ._runtime import Runtime
 
-__all__ = ["ReplyReader", "thread_waker"]
+__all__ = ["ReadHere", "ReplyReader", "thread_waker"]
 
 _local = threading.local()
 
@@ -34,6 +50,46 @@ def thread_waker() -> Waker:
     if waker is None:
         waker = _local.waker = Waker()
     return waker
+
+
+class ReadHere:
+    """What borrowed reads need of the runtime, in one place (see the module's docstring).
+
+    The router owns it and keeps ``source`` and the per-peer connections current (loop
+    thread); ``Runtime.open_port``/``close_port`` keep the set of ports whose replies any
+    thread may handle; readers (:class:`ReplyReader`, an idle actor's mailbox) only ask.
+    """
+
+    __slots__ = ("_any_thread", "enabled", "inbound", "source", "spin")
+
+    def __init__(self) -> None:
+        self.enabled = False  # a poller reads the plain connections: they may be borrowed
+        self.spin = 0.0  # seconds a borrowing thread polls before sleeping (``borrow_spin``)
+        self.source: Borrowable | None = None  # the connection of the frame being handled
+        self.inbound: dict[str, Borrowable] = {}  # per peer: where its frames last came in
+        self._any_thread: set[int] = set()
+
+    def came_from(self, addr: str) -> Borrowable | None:
+        """The open connection on which frames from ``addr`` last arrived, if any."""
+        conn = self.inbound.get(addr)
+        return conn if conn is not None and conn.borrowable else None
+
+    def closed(self, addr: str, conn: Borrowable) -> None:
+        """``conn``, a connection with ``addr``, closed (loop thread)."""
+        if self.inbound.get(addr) is conn:
+            del self.inbound[addr]
+
+    def allow(self, port_id: int) -> None:
+        """Replies to ``port_id`` may be handled on whichever thread reads them."""
+        self._any_thread.add(port_id)
+
+    def forget(self, port_id: int) -> None:
+        """``port_id`` is closed."""
+        self._any_thread.discard(port_id)
+
+    def any_thread(self, port_id: int) -> bool:
+        """Whether a thread that reads a reply to ``port_id`` may handle it itself."""
+        return port_id in self._any_thread
 
 
 class ReplyReader:
@@ -52,7 +108,8 @@ class ReplyReader:
 
     def __call__(self, c: Completion, timeout: float | None) -> bool:
         rt = self.rt
-        conn = rt.router.inbound(self.addr)
+        here = rt.read_here
+        conn = here.came_from(self.addr)
         if conn is None or rt.on_loop() or not self.reading.acquire(False):
             return c.wait_plain(timeout)
         waker = thread_waker()
@@ -63,7 +120,7 @@ class ReplyReader:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
-                if not conn.read_here(self._take, waker, left, c.done, spin=rt.router.spin,
+                if not conn.read_here(self._take, waker, left, c.done, spin=here.spin,
                                       guard=self.guard):
                     return c.wait_plain(left)
                 self._handle()
@@ -81,8 +138,7 @@ class ReplyReader:
         env = pickle.loads(frame[0])
         if env[0] != m.REPLY:
             return False
-        if env[1] != self.port_id and not getattr(self.rt.collectors.get(env[1]), "any_thread",
-                                                  False):
+        if env[1] != self.port_id and not self.rt.read_here.any_thread(env[1]):
             return False
         self.taken.append((env, frame))
         return True
