@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from regency._runtime._borrow import ReadHere
+from regency._runtime._borrow import ReadHere, runnable
 from regency._runtime._runtime import Runtime
 from regency._transport import _shm
 from regency._transport._connection import Connection
@@ -256,3 +256,20 @@ def test_came_from_offers_only_a_connection_that_can_be_borrowed(socks: Any) -> 
         poller.close()
     finally:
         loop.close()
+
+
+def test_the_spin_stops_while_the_machine_has_no_idle_core() -> None:
+    assert runnable() >= 1  # this thread, at least
+    idle = ReadHere()
+    idle.spin = 1e-4
+    idle._cores = 1 << 20  # more cores than runnable threads: spin
+    assert idle.spin_now() == 1e-4
+    busy = ReadHere()
+    busy.spin = 1e-4
+    busy._cores = 0  # every runnable thread is one too many: sleep at once
+    assert busy.spin_now() == 0.0 and busy.busy()
+    busy.busy_too = True  # ``borrow_spin_busy``: spin anyway
+    assert busy.spin_now() == 1e-4
+    off = ReadHere()  # ``borrow_spin = 0``: never spins, nothing sampled
+    off._cores = 0
+    assert off.spin_now() == 0.0

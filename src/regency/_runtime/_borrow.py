@@ -20,11 +20,23 @@ and nothing else reaches across for them:
 * *Which replies may it take there?* Those to its own port, and to ports opened with
   ``Runtime.open_port(..., any_thread=True)``: the layer that opens a port says so
   explicitly (:meth:`ReadHere.allow`), instead of being asked about its objects.
-* *How long may it spin before sleeping?* ``spin`` (``borrow_spin``), when ``enabled``.
+* *How long may it spin before sleeping?* :meth:`ReadHere.spin_now`: ``borrow_spin`` while
+  the machine has a core to spare, nothing while it has not (see below).
+
+Spinning under load
+-------------------
+Spinning for a reply (ADR 0010) wins only while a core is idle: on a machine with more
+runnable threads than cores, the spinner takes the core the peer needs to answer, and the
+scheduler counts the spin against it, so it loses its turn when the reply comes. So the
+spin is dropped while the system's count of runnable threads (``/proc/loadavg``'s fourth
+field, the instantaneous count, not the slow load average) exceeds the cores. Reading it
+costs about 10 us, so it is sampled at most every ``_LOOK_EVERY_S`` per process, and the
+decision follows the mean of the last few samples (one busy instant is not a busy machine).
 """
 
 from __future__ import annotations
 
+import os
 import pickle
 import threading
 import time
@@ -42,6 +54,8 @@ if TYPE_CHECKING:
 __all__ = ["ReadHere", "ReplyReader", "thread_waker"]
 
 _local = threading.local()
+_LOOK_EVERY_S = 0.05  # how often the spin looks at the machine's runnable count
+_SAMPLES = 4  # it follows the mean of this many looks
 
 
 def thread_waker() -> Waker:
@@ -60,14 +74,55 @@ class ReadHere:
     thread may handle; readers (:class:`ReplyReader`, an idle actor's mailbox) only ask.
     """
 
-    __slots__ = ("_any_thread", "enabled", "inbound", "source", "spin")
+    __slots__ = (
+        "_any_thread",
+        "_busy",
+        "_cores",
+        "_next_look",
+        "_samples",
+        "busy_too",
+        "enabled",
+        "inbound",
+        "source",
+        "spin",
+    )
 
     def __init__(self) -> None:
         self.enabled = False  # a poller reads the plain connections: they may be borrowed
         self.spin = 0.0  # seconds a borrowing thread polls before sleeping (``borrow_spin``)
+        self.busy_too = False  # spin even when no core is idle (``borrow_spin_busy``)
         self.source: Borrowable | None = None  # the connection of the frame being handled
         self.inbound: dict[str, Borrowable] = {}  # per peer: where its frames last came in
         self._any_thread: set[int] = set()
+        self._cores = os.cpu_count() or 1
+        self._samples: list[int] = []
+        self._next_look = 0.0
+        self._busy = False
+
+    def busy(self) -> bool:
+        """Whether the machine has more runnable threads than cores now (sampled at most
+        every ``_LOOK_EVERY_S``; any thread). Never, with ``busy_too`` set."""
+        if self.busy_too:
+            return False
+        now = time.monotonic()
+        if now >= self._next_look:
+            self._next_look = now + _LOOK_EVERY_S
+            self._busy = self.look()
+        return self._busy
+
+    def spin_now(self) -> float:
+        """Seconds a borrowing thread may spin now: ``spin``, or 0 while the machine is busy."""
+        spin = self.spin
+        return 0.0 if not spin or self.busy() else spin
+
+    def look(self) -> bool:
+        """Sample the machine's runnable count; whether it is busy (recent mean above the
+        cores). A machine that does not tell is never busy."""
+        samples = self._samples
+        samples.append(runnable())
+        if len(samples) > _SAMPLES:
+            del samples[0]
+        return sum(samples) > self._cores * len(samples)
 
     def came_from(self, addr: str) -> Borrowable | None:
         """The open connection on which frames from ``addr`` last arrived, if any."""
@@ -90,6 +145,19 @@ class ReadHere:
     def any_thread(self, port_id: int) -> bool:
         """Whether a thread that reads a reply to ``port_id`` may handle it itself."""
         return port_id in self._any_thread
+
+
+def runnable() -> int:
+    """Runnable threads on the machine now, the caller included (0 if unknown)."""
+    try:
+        fd = os.open("/proc/loadavg", os.O_RDONLY)
+        try:
+            data = os.read(fd, 128)
+        finally:
+            os.close(fd)
+        return int(data.split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 class ReplyReader:
@@ -120,7 +188,7 @@ class ReplyReader:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
-                if not conn.read_here(self._take, waker, left, c.done, spin=here.spin,
+                if not conn.read_here(self._take, waker, left, c.done, spin=here.spin_now(),
                                       guard=self.guard):
                     return c.wait_plain(left)
                 self._handle()

@@ -189,7 +189,7 @@ class SyncCell:
         waker.armed = True
         try:
             borrowed = source.read_here(self._take, waker, None, self._has_mail, paused,
-                                        self._rt.read_here.spin)
+                                        self._rt.read_here.spin_now())
         finally:
             waker.armed = False
         if not borrowed and self._source is source:

@@ -98,6 +98,7 @@ class Router:
             self.poller = Poller(self.loop)
             self.read_here.enabled = True
             self.read_here.spin = float(config.get("borrow_spin"))
+            self.read_here.busy_too = bool(config.get("borrow_spin_busy"))
         if self.tls is None:
             self.tls = tls_contexts()  # the TLS configuration in force when we start listening
         listener = Listener(self.secret, VERSION, self._accepted,
