@@ -43,6 +43,7 @@ _DEFAULTS: dict[str, Any] = {
     "malloc_reuse": True,
     "borrow_reads": True,
     "borrow_spin": 0.0001,
+    "borrow_spin_busy": False,
     "heartbeat_interval": 0.5,
     "tls_cert": "",
     "tls_key": "",

@@ -206,6 +206,8 @@ def _sender() -> str:
 class _Collector:
     """A reply port on the caller, failing when a member it waits on dies."""
 
+    any_thread = False  # whether its handler may run on a thread that read the reply itself
+
     def __init__(self, rt: Runtime, route: Route, label: str, uid: str = "",
                  endpoint: str = "") -> None:
         self.rt = rt
@@ -214,7 +216,7 @@ class _Collector:
         self.uid = uid  # for the supervisor: which mesh and endpoint this call waits on
         self.endpoint = endpoint
         self.expected: set[int] = set(route.ranks)
-        self.port_id = rt.open_port(self._on_reply, route.targets)
+        self.port_id = rt.open_port(self._on_reply, route.targets, self.any_thread)
         rt.collectors[self.port_id] = self
 
     def _on_reply(self, reply: m.Reply, frame: list[memoryview]) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import importlib
 import sys
 import threading
 from collections import OrderedDict
@@ -119,7 +120,7 @@ def _drv() -> _Driver:
 def _torch() -> Any:
     torch = sys.modules.get("torch")
     if torch is None:  # a CUDA tensor crossed our way: torch is installed
-        import torch
+        torch = importlib.import_module("torch")
     return torch
 
 

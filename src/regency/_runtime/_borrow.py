@@ -6,15 +6,43 @@ thread pauses the connection the reply will arrive on, reads it, runs the reply'
 handler itself, and resumes the connection. Every other frame it happens to read goes back
 to the loop, in order. When the reply comes another way (another connection, or a failure
 found by supervision), the loop completes the result and wakes the thread as before.
+
+The seam
+--------
+:class:`ReadHere` is the one place the runtime and the layers above meet borrowed reads
+(the transport's side is :mod:`regency._transport._borrowing`). It answers three questions,
+and nothing else reaches across for them:
+
+* *Which connection may this thread read?* ``source`` is the connection of the frame the
+  loop is handling now (set by the router around each frame; an actor's mailbox remembers
+  it to read while idle, and flow control throttles it); :meth:`ReadHere.came_from` is the
+  connection frames from a peer last arrived on (where a caller waits for its reply).
+* *Which replies may it take there?* Those to its own port, and to ports opened with
+  ``Runtime.open_port(..., any_thread=True)``: the layer that opens a port says so
+  explicitly (:meth:`ReadHere.allow`), instead of being asked about its objects.
+* *How long may it spin before sleeping?* :meth:`ReadHere.spin_now`: ``borrow_spin`` while
+  the machine has a core to spare, nothing while it has not (see below).
+
+Spinning under load
+-------------------
+Spinning for a reply (ADR 0010) wins only while a core is idle: on a machine with more
+runnable threads than cores, the spinner takes the core the peer needs to answer, and the
+scheduler counts the spin against it, so it loses its turn when the reply comes. So the
+spin is dropped while the system's count of runnable threads (``/proc/loadavg``'s fourth
+field, the instantaneous count, not the slow load average) exceeds the cores. Reading it
+costs about 10 us, so it is sampled at most every ``_LOOK_EVERY_S`` per process, and the
+decision follows the mean of the last few samples (one busy instant is not a busy machine).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
+from .._transport._borrowing import Borrowable
 from .._transport._poller import Waker
 from .._wire import Inbound
 from .._wire._messages import Reply
@@ -23,9 +51,11 @@ if TYPE_CHECKING:
     from ._completion import Completion
     from ._runtime import Runtime
 
-__all__ = ["ReplyReader", "thread_waker"]
+__all__ = ["ReadHere", "ReplyReader", "thread_waker"]
 
 _local = threading.local()
+_LOOK_EVERY_S = 0.05  # how often the spin looks at the machine's runnable count
+_SAMPLES = 4  # it follows the mean of this many looks
 
 
 def thread_waker() -> Waker:
@@ -34,6 +64,100 @@ def thread_waker() -> Waker:
     if waker is None:
         waker = _local.waker = Waker()
     return waker
+
+
+class ReadHere:
+    """What borrowed reads need of the runtime, in one place (see the module's docstring).
+
+    The router owns it and keeps ``source`` and the per-peer connections current (loop
+    thread); ``Runtime.open_port``/``close_port`` keep the set of ports whose replies any
+    thread may handle; readers (:class:`ReplyReader`, an idle actor's mailbox) only ask.
+    """
+
+    __slots__ = (
+        "_any_thread",
+        "_busy",
+        "_cores",
+        "_next_look",
+        "_samples",
+        "busy_too",
+        "enabled",
+        "inbound",
+        "source",
+        "spin",
+    )
+
+    def __init__(self) -> None:
+        self.enabled = False  # a poller reads the plain connections: they may be borrowed
+        self.spin = 0.0  # seconds a borrowing thread polls before sleeping (``borrow_spin``)
+        self.busy_too = False  # spin even when no core is idle (``borrow_spin_busy``)
+        self.source: Borrowable | None = None  # the connection of the frame being handled
+        self.inbound: dict[str, Borrowable] = {}  # per peer: where its frames last came in
+        self._any_thread: set[int] = set()
+        self._cores = os.cpu_count() or 1
+        self._samples: list[int] = []
+        self._next_look = 0.0
+        self._busy = False
+
+    def busy(self) -> bool:
+        """Whether the machine has more runnable threads than cores now (sampled at most
+        every ``_LOOK_EVERY_S``; any thread). Never, with ``busy_too`` set."""
+        if self.busy_too:
+            return False
+        now = time.monotonic()
+        if now >= self._next_look:
+            self._next_look = now + _LOOK_EVERY_S
+            self._busy = self.look()
+        return self._busy
+
+    def spin_now(self) -> float:
+        """Seconds a borrowing thread may spin now: ``spin``, or 0 while the machine is busy."""
+        spin = self.spin
+        return 0.0 if not spin or self.busy() else spin
+
+    def look(self) -> bool:
+        """Sample the machine's runnable count; whether it is busy (recent mean above the
+        cores). A machine that does not tell is never busy."""
+        samples = self._samples
+        samples.append(runnable())
+        if len(samples) > _SAMPLES:
+            del samples[0]
+        return sum(samples) > self._cores * len(samples)
+
+    def came_from(self, addr: str) -> Borrowable | None:
+        """The open connection on which frames from ``addr`` last arrived, if any."""
+        conn = self.inbound.get(addr)
+        return conn if conn is not None and conn.borrowable else None
+
+    def closed(self, addr: str, conn: Borrowable) -> None:
+        """``conn``, a connection with ``addr``, closed (loop thread)."""
+        if self.inbound.get(addr) is conn:
+            del self.inbound[addr]
+
+    def allow(self, port_id: int) -> None:
+        """Replies to ``port_id`` may be handled on whichever thread reads them."""
+        self._any_thread.add(port_id)
+
+    def forget(self, port_id: int) -> None:
+        """``port_id`` is closed."""
+        self._any_thread.discard(port_id)
+
+    def any_thread(self, port_id: int) -> bool:
+        """Whether a thread that reads a reply to ``port_id`` may handle it itself."""
+        return port_id in self._any_thread
+
+
+def runnable() -> int:
+    """Runnable threads on the machine now, the caller included (0 if unknown)."""
+    try:
+        fd = os.open("/proc/loadavg", os.O_RDONLY)
+        try:
+            data = os.read(fd, 128)
+        finally:
+            os.close(fd)
+        return int(data.split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 class ReplyReader:
@@ -52,7 +176,8 @@ class ReplyReader:
 
     def __call__(self, c: Completion, timeout: float | None) -> bool:
         rt = self.rt
-        conn = rt.router.inbound(self.addr)
+        here = rt.read_here
+        conn = here.came_from(self.addr)
         if conn is None or rt.on_loop() or not self.reading.acquire(False):
             return c.wait_plain(timeout)
         waker = thread_waker()
@@ -63,7 +188,7 @@ class ReplyReader:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
-                if not conn.read_here(self._take, waker, left, c.done, spin=rt.router.spin,
+                if not conn.read_here(self._take, waker, left, c.done, spin=here.spin_now(),
                                       guard=self.guard):
                     return c.wait_plain(left)
                 self._handle()
@@ -82,8 +207,7 @@ class ReplyReader:
         if type(reply) is not Reply:
             return False
         port_id = reply.port_id
-        if port_id != self.port_id and not getattr(self.rt.collectors.get(port_id),
-                                                   "any_thread", False):
+        if port_id != self.port_id and not self.rt.read_here.any_thread(port_id):
             return False
         self.taken.append(inbound)
         return True

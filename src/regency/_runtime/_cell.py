@@ -115,7 +115,7 @@ class SyncCell:
         self._source: Any = None  # the connection of the last message
         self._mine: collections.deque[Any] = collections.deque()  # read here, to run next
         self._paused: Any = None  # the source, paused by ``before_reply``
-        self._waker = Waker() if runtime is not None and runtime.router.poller else None
+        self._waker = Waker() if runtime is not None and runtime.read_here.enabled else None
         self.backlog = _Backlog(runtime)
         self.thread = threading.Thread(target=self._run, name=f"regency-actor-{uid}", daemon=True)
         self.thread.start()
@@ -126,7 +126,7 @@ class SyncCell:
         self.backlog.add(frame)
         waker = self._waker
         if waker is not None:
-            source = self._rt.router.reading
+            source = self._rt.read_here.source
             if source is not None and source.borrowable:
                 self._source = source
             if waker.armed:
@@ -191,7 +191,7 @@ class SyncCell:
         waker.armed = True
         try:
             borrowed = source.read_here(self._take, waker, None, self._has_mail, paused,
-                                        self._rt.router.spin)
+                                        self._rt.read_here.spin_now())
         finally:
             waker.armed = False
         if not borrowed and self._source is source:

@@ -32,6 +32,7 @@ from .._transport._shm import SegmentPool
 from .._transport._tls import TlsSession, tls_contexts
 from .._version import __version__
 from ..errors import AuthenticationError
+from ._borrow import ReadHere
 from ._bufpool import POOL
 
 log = logging.getLogger("regency.router")
@@ -84,9 +85,7 @@ class Router:
         self.close_hooks: list[Callable[[str], None]] = []  # any connection closed: its peer
         self.closing = False
         self.poller: Poller | None = None  # plain connections are read through it
-        self.spin = 0.0  # seconds a thread reading a connection itself polls before sleeping
-        self.reading: Connection | None = None  # the connection of the frame being handled
-        self._inbound: dict[str, Connection] = {}  # per peer: where its frames last came in
+        self.read_here = ReadHere()  # the seam to borrowed reads (ADR 0010): kept current here
         self.high_water = int(config.get("send_high_water_bytes")) or (1 << 62)  # ADR 0012
         self.loop_block_limit = float(config.get("loop_send_block_limit"))
 
@@ -101,7 +100,9 @@ class Router:
         self.loop = asyncio.get_running_loop()
         if self.poller is None and config.get("borrow_reads"):
             self.poller = Poller(self.loop)
-            self.spin = float(config.get("borrow_spin"))
+            self.read_here.enabled = True
+            self.read_here.spin = float(config.get("borrow_spin"))
+            self.read_here.busy_too = bool(config.get("borrow_spin_busy"))
         if self.tls is None:
             self.tls = tls_contexts()  # the TLS configuration in force when we start listening
         listener = Listener(self.secret, VERSION, self._accepted,
@@ -257,17 +258,13 @@ class Router:
         peer.conn = conn
 
     def _frame(self, conn: Connection, item: Any) -> None:
-        self.reading = conn
-        self._inbound[conn.label] = conn
+        here = self.read_here
+        here.source = conn
+        here.inbound[conn.label] = conn
         try:
             self._on_frame(item)
         finally:
-            self.reading = None
-
-    def inbound(self, addr: str) -> Connection | None:
-        """The open connection on which frames from ``addr`` last arrived, if any."""
-        conn = self._inbound.get(addr)
-        return conn if conn is not None and not conn.closed else None
+            here.source = None
 
     def _trim_pool(self) -> None:
         """Give back shared memory nobody has used for a while (loop, every few seconds)."""
@@ -292,8 +289,7 @@ class Router:
 
     def _closed(self, conn: Connection, exc: BaseException | None) -> None:
         self.connections.discard(conn)
-        if self._inbound.get(conn.label) is conn:
-            del self._inbound[conn.label]
+        self.read_here.closed(conn.label, conn)
         for hook in self.close_hooks:
             hook(conn.label)
         lost = exc or ConnectionResetError("connection closed")

@@ -88,6 +88,7 @@ class Runtime:
         self.loop_thread_id = 0
         self.router = Router(secret, self._on_inbound, self._on_peer_lost,
                              self._on_undeliverable, decode=decode_inbound)
+        self.read_here = self.router.read_here  # the seam to borrowed reads (``_borrow``)
         self.address = ""
         self.my_addresses: set[str] = set()  # every name this runtime answers to
         self.bound_address = ""
@@ -160,10 +161,17 @@ class Runtime:
         return fut.result(timeout)
 
     # -- ports -------------------------------------------------------------------------------
-    def open_port(self, handler: PortHandler, targets: frozenset[str] = frozenset()) -> int:
-        """Register a port; ``targets`` are the addresses whose death should fail it."""
+    def open_port(self, handler: PortHandler, targets: frozenset[str] = frozenset(),
+                  any_thread: bool = False) -> int:
+        """Register a port; ``targets`` are the addresses whose death should fail it.
+
+        ``any_thread``: ``handler`` may run on whichever thread reads a reply to it (a caller
+        borrowing the connection for its own reply, ADR 0010), not only on the loop.
+        """
         port_id = next(self._port_ids)
         self.ports[port_id] = handler
+        if any_thread:
+            self.read_here.allow(port_id)
         if targets:
             self.port_targets[port_id] = targets
         else:
@@ -177,13 +185,14 @@ class Runtime:
         self.ports.pop(port_id, None)
         self.port_targets.pop(port_id, None)
         self._untargeted.discard(port_id)
+        self.read_here.forget(port_id)
 
     # -- flow control (ADR 0012) --------------------------------------------------------------
     def backlogged(self) -> Any:
         """A mailbox is above its high-water mark (loop thread): stop reading the connection
         whose frame is being handled, unless a reply may come on it. Returns the connection
         paused, or None."""
-        conn = self.router.reading
+        conn: Any = self.read_here.source
         if conn is None or conn.throttled or conn.closed or not self._may_throttle(conn):
             return None
         self.throttled.add(conn)

@@ -22,23 +22,40 @@ can never fault on a truncated file. Free segments unused for a while are droppe
 (:meth:`SegmentPool.trim`, run by the router every few seconds). A buffer larger than the
 pool's capacity gets a one-off segment, sealed against writes too, with token 0 (nothing to
 give back).
+
+:class:`Lending` is one connection's share of all this, both ways: it lends a frame's large
+buffers (:meth:`Lending.share`), queues the descriptors that arrive (in arrival order; a
+frame with attachments takes its segments from the front, which is correct because a
+descriptor arrives no later than the first byte it was sent with), maps what a received
+frame names (:meth:`Lending.resolve`) and keeps the books of segments given back, which
+travel as *control frames*: an empty header, then the tokens (:func:`release_frame`).
 """
 
 from __future__ import annotations
 
+import array
+import collections
 import fcntl
+import logging
 import mmap
 import os
+import socket
 import struct
 import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pickle import PickleBuffer
+from typing import Any
 
+from .._wire import Attachment
 from ._memaddr import address_of, copy
 
-__all__ = ["DESCRIPTOR", "Lent", "SegmentPool", "ShmError", "map_segment", "resolve"]
+__all__ = ["DESCRIPTOR", "Lending", "Lent", "SegmentPool", "ShmError", "ancillary",
+           "map_segment", "release_frame", "resolve"]
+
+log = logging.getLogger("regency.transport")
 
 #: One attachment in the stream: segment index in the frame, token, offset, length.
 DESCRIPTOR = struct.Struct("!IQQQ")
@@ -289,3 +306,133 @@ def _parse(descriptor: memoryview) -> tuple[int, int, int, int]:
 
 def _finalize(segment: mmap.mmap, on_release: Callable[[int], None], token: int) -> None:
     weakref.finalize(segment, on_release, token).atexit = False
+
+
+def ancillary(lent: Lent) -> list[tuple[int, int, bytes]]:
+    """The ``sendmsg`` ancillary data that passes ``lent``'s segment descriptor."""
+    return [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [lent.fd]).tobytes())]
+
+
+def release_frame(tokens: Sequence[int]) -> list[bytes]:
+    """The control frame that gives the peer's segments ``tokens`` back."""
+    return [b"", struct.pack(f"!{len(tokens)}Q", *tokens)]
+
+
+class Lending:
+    """Shared-memory lending over one Unix connection, both ways (a part of ``Connection``).
+
+    The pool lends segments to this object, and forgets them with it (:meth:`close`).
+    ``notify()`` runs (any thread) when a segment the peer lent us may be given back; the
+    owner then sends :meth:`take_releases` in a control frame.
+    """
+
+    __slots__ = ("__weakref__", "_fdq", "_hook", "_notify", "_releases", "label", "min_bytes",
+                 "pool")
+
+    def __init__(self, pool: SegmentPool | None, min_bytes: int, label: str,
+                 notify: Callable[[], None]) -> None:
+        self.pool = pool
+        self.min_bytes = min_bytes if pool is not None else 0  # 0: never lend
+        self.label = label
+        self._notify = notify
+        self._releases: list[int] = []
+        self._fdq: collections.deque[int] = collections.deque()  # received, not yet used
+        self._hook = _release_hook(weakref.ref(self))
+
+    # -- sending ---------------------------------------------------------------------------
+    def share(self, buffers: Sequence[Any]) -> tuple[Sequence[Any], Lent | None]:
+        """Move the frame's large buffers into one lent segment, if it has any.
+
+        Returns the frame with descriptors in their place, and what was lent (None: the
+        frame is unchanged). Without shared memory it logs once and never lends again.
+        """
+        big = []
+        views = []
+        limit = self.min_bytes
+        for i in range(1, len(buffers)):
+            buf = buffers[i]
+            if type(buf) is bytes and len(buf) < limit:
+                continue  # the common case (a small pickle), without making a view
+            view = memoryview(buf)
+            if view.nbytes >= limit and view.c_contiguous:
+                big.append(i)
+                views.append(view if view.format == "B" and view.ndim == 1 else
+                             PickleBuffer(view).raw())  # any format, flat bytes
+        if not big:
+            return buffers, None
+        assert self.pool is not None
+        try:
+            lent = self.pool.lend(views, self)
+        except OSError as exc:
+            log.warning("regency: shared memory unavailable (%s); sending through the "
+                        "socket to %s from now on", exc, self.label)
+            self.min_bytes = 0
+            return buffers, None
+        out = list(buffers)
+        for i, descriptor in zip(big, lent.descriptors):
+            out[i] = descriptor
+        lent.attached = big
+        return out, lent
+
+    def unlend(self, lent: Lent, closed: bool) -> None:
+        """A lent segment that never reached the peer goes back (or, one-off, away);
+        ``closed``: the connection died under the send, so nothing reuses it."""
+        lent.close()
+        if lent.token and self.pool is not None:
+            if closed:
+                self.pool.forget(self)
+            else:
+                self.pool.release([lent.token], self)
+
+    # -- receiving -------------------------------------------------------------------------
+    def received(self, fds: Sequence[int]) -> None:
+        """Descriptors that arrived with the stream, in arrival order (read lock held)."""
+        self._fdq.extend(fds)
+
+    def resolve(self, frame: list[Any]) -> list[memoryview]:
+        """Replace a frame's attachments by views of the shared memory they name.
+
+        Raises :class:`ShmError` when they cannot be mapped.
+        """
+        fdq = self._fdq
+        views = iter(resolve([b.descriptor for b in frame if type(b) is Attachment],
+                             lambda: fdq.popleft() if fdq else None, self._hook))
+        return [next(views) if type(b) is Attachment else b for b in frame]
+
+    def control(self, frame: list[memoryview]) -> bool:
+        """A control frame (empty header): the peer gave segments back. False: malformed."""
+        if len(frame) != 2 or frame[1].nbytes % 8:
+            return False
+        tokens = struct.unpack(f"!{frame[1].nbytes // 8}Q", frame[1])
+        if self.pool is not None:
+            self.pool.release(tokens, self)
+        return True
+
+    def released(self, token: int) -> None:
+        """A mapping of a segment the peer lent us died (any thread): give it back."""
+        self._releases.append(token)
+        self._notify()
+
+    def take_releases(self) -> list[int]:
+        """The tokens to give back now (loop thread)."""
+        tokens, self._releases = self._releases, []
+        return tokens
+
+    def close(self) -> None:
+        """The connection is gone: close unused descriptors, never reuse what was lent
+        (the peer may still map it)."""
+        while self._fdq:
+            os.close(self._fdq.popleft())
+        if self.pool is not None:
+            self.pool.forget(self)
+
+
+def _release_hook(ref: weakref.ref[Lending]) -> Callable[[int], None]:
+    """What a received segment's finaliser calls; it does not keep the lending alive."""
+
+    def release(token: int) -> None:
+        lending = ref()
+        if lending is not None:
+            lending.released(token)
+
+    return release
