@@ -28,8 +28,6 @@ from ._api._actor_mesh import ActorMesh as ActorMesh
 from ._api._as_endpoint import as_endpoint as as_endpoint
 from ._api._bootstrap import enable_transport as enable_transport
 from ._api._bootstrap import shutdown_context as shutdown_context
-from ._api._bootstrap import this_host as this_host
-from ._api._bootstrap import this_proc as this_proc
 from ._api._context import Context as Context
 from ._api._context import Instance as Instance
 from ._api._context import context as context
@@ -41,11 +39,13 @@ from ._api._endpoint import Accumulator as Accumulator
 from ._api._endpoint import Endpoint as Endpoint
 from ._api._endpoint import send as send
 from ._api._future import Future as Future
-from ._api._host_mesh import HostMesh as HostMesh
 from ._api._ports import Channel as Channel
 from ._api._ports import Port as Port
 from ._api._ports import PortReceiver as PortReceiver
+from ._api._proc_mesh import HostMesh as HostMesh
 from ._api._proc_mesh import ProcMesh as ProcMesh
+from ._api._proc_mesh import this_host as this_host
+from ._api._proc_mesh import this_proc as this_proc
 from ._api._supervise import default_unhandled_fault_hook as _default_hook
 from ._api._value_mesh import ValueMesh as ValueMesh
 from ._api._workers import attach_to_workers as attach_to_workers

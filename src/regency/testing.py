@@ -12,21 +12,35 @@ Use these in your own tests to check that your program survives (or reports) fai
 Each injection applies to the ranks given (default: every rank of the mesh or slice the
 endpoint belongs to) and to the next ``times`` calls of that endpoint on each rank; it is
 installed before any call you make afterwards from the same thread (messages are ordered).
+
+How it works: a fault travels as a ``Fault`` system message to the proc of each rank. There,
+this module (loaded on the first fault: production procs never import it) puts a hook in
+front of the actor's mailbox (``regency._api._intercept``) that drops the call, or wraps the
+endpoint for that one call so that it raises or waits first. Nothing of it is on the path of
+a message to an actor without faults.
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+import os
 import signal as _signal
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ._api._actor_mesh import ActorMesh
-from ._api._bootstrap import runtime
 from ._api._endpoint import Endpoint
+from ._api._intercept import intercept, release
 from ._api._proc_mesh import ProcMesh
-from ._wire._messages import Fault
+from ._api._process import runtime
+from ._runtime._runtime import Runtime
+from ._wire._messages import Call, Fault
 
-__all__ = ["delay_calls", "drop_calls", "flow_stats", "inject_exception", "kill_rank"]
+__all__ = [
+    "apply_fault", "delay_calls", "drop_calls", "flow_stats", "inject_exception", "kill_rank",
+]
 
 
 def _targets(mesh: ActorMesh | ProcMesh, ranks: Iterable[int] | None) -> list[tuple[int, str]]:
@@ -73,6 +87,69 @@ def drop_calls(endpoint: Endpoint[Any], *, ranks: Iterable[int] | None = None,
     its own timeout (or the callee's failure).
     """
     _inject(endpoint, "drop", ranks, times)
+
+
+def apply_fault(rt: Runtime, fault: Fault) -> None:
+    """Carry out ``fault`` in this process (the handler of ``Fault`` messages, loop thread)."""
+    if fault.action == "signal":
+        os.kill(os.getpid(), fault.signal)
+        return
+    left = [fault.times]
+
+    def hook(call: Call, frame: list[memoryview], cell: Any) -> bool:
+        left[0] -= 1
+        if left[0] <= 0:
+            release(rt, fault.uid, fault.endpoint)
+        if fault.action == "drop":
+            return True  # taken, never answered
+        behavior = cell.behavior
+        cell.control(lambda: _override(behavior, fault))
+        cell.enqueue(call, frame)
+        cell.control(lambda: _restore(behavior, fault.endpoint))
+        return True
+
+    intercept(rt, fault.uid, fault.endpoint, hook)
+
+
+def _override(behavior: Any, fault: Fault) -> None:
+    """Make the endpoint raise or wait, for the one call queued next (actor's thread)."""
+    actor = behavior.actor
+    fn = getattr(actor, fault.endpoint, None)
+    if actor is None or fn is None:
+        return  # never constructed, or no such endpoint: the call fails by itself
+    actor.__dict__[fault.endpoint] = _faulty(fn, fault, behavior.is_async)
+
+
+def _restore(behavior: Any, name: str) -> None:
+    actor = behavior.actor
+    if actor is not None:
+        actor.__dict__.pop(name, None)
+
+
+def _faulty(fn: Callable[..., Any], fault: Fault, is_async: bool) -> Callable[..., Any]:
+    """``fn`` as the fault wants it: raising its exception, or called after a delay."""
+    if fault.action == "raise":
+        exc = fault.exc
+        assert exc is not None, "a 'raise' fault carries its exception"
+
+        def raiser(*args: Any, **kwargs: Any) -> Any:
+            raise exc
+
+        return raiser
+    seconds = fault.seconds
+    if is_async:
+        async def later(*args: Any, **kwargs: Any) -> Any:
+            await asyncio.sleep(seconds)
+            result = fn(*args, **kwargs)
+            return (await result) if inspect.isawaitable(result) else result
+
+        return later
+
+    def delayed(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(seconds)
+        return fn(*args, **kwargs)
+
+    return delayed
 
 
 def flow_stats() -> dict[str, Any]:

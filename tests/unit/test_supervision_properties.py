@@ -9,6 +9,10 @@ lost connections, timer expiries and supervision answers. After every step the t
 (c) at most one delivery per (mesh, rank), and exactly one for each first failure of a member
     of a mesh that was not stopped.
 
+Stops may take a whole mesh (``MeshStopped``) or some of its ranks (``RanksStopped``). At the
+end of a run, the published ``Verdicts`` refuse a new call exactly when the model says so,
+which includes a proc whose connection was just lost (new calls do not wait for the grace).
+
 The model shares no code with `regency._supervision`: it only remembers which ranks were
 lost, which procs died, and which meshes were stopped.
 """
@@ -39,6 +43,7 @@ from regency._supervision import (
     MeshSpawned,
     MeshStopped,
     ProcExited,
+    RanksStopped,
     RunRootHook,
     StartGraceTimer,
     StopFinished,
@@ -49,8 +54,8 @@ from regency.errors import MeshFailure
 
 PROFILE = settings(max_examples=100, deadline=None)
 ADDRS = [f"p{i}" for i in range(6)]
-OPS = ["spawn", "spawn_procs", "stop", "stop_finished", "call", "call_foreign", "finish",
-       "actor_failed", "proc_exited", "connection_lost", "grace_expired", "answer"]
+OPS = ["spawn", "spawn_procs", "stop", "stop_ranks", "stop_finished", "call", "call_foreign",
+       "finish", "actor_failed", "proc_exited", "connection_lost", "grace_expired", "answer"]
 
 
 @dataclasses.dataclass
@@ -61,6 +66,7 @@ class Model:
     owners: dict[str, str | None] = dataclasses.field(default_factory=dict)
     proc_meshes: set[str] = dataclasses.field(default_factory=set)
     stopped: set[str] = dataclasses.field(default_factory=set)
+    stopped_ranks: set[tuple[str, int]] = dataclasses.field(default_factory=set)
     retired: set[str] = dataclasses.field(default_factory=set)  # procs of stopped proc meshes
     finished: set[str] = dataclasses.field(default_factory=set)  # StopFinished seen
     lost_ranks: set[tuple[str, int]] = dataclasses.field(default_factory=set)
@@ -75,8 +81,9 @@ class Model:
     open_deliveries: dict[str, str | None] = dataclasses.field(default_factory=dict)
     next_call: int = 0
 
-    def is_stopped(self, uid: str, addr: str) -> bool:
-        return uid in self.stopped or (uid in self.meshes and addr in self.retired)
+    def is_stopped(self, uid: str, addr: str, rank: int | None = None) -> bool:
+        return (uid in self.stopped or (uid, rank) in self.stopped_ranks
+                or (uid in self.meshes and addr in self.retired))
 
     def doomed(self, call_id: int, *, new: bool) -> bool:
         """Whether the call can no longer be answered (``new``: it is being started)."""
@@ -84,7 +91,7 @@ class Model:
         for rank, addr in addrs.items():
             if (uid, rank) in self.lost_ranks or addr in self.dead or addr in self.unreachable:
                 return True
-            if uid in self.finished or (new and self.is_stopped(uid, addr)):
+            if uid in self.finished or (new and self.is_stopped(uid, addr, rank)):
                 return True
         return False
 
@@ -93,7 +100,7 @@ class Model:
         if (uid, rank) in self.lost_ranks:
             return
         self.lost_ranks.add((uid, rank))
-        if reportable and not self.is_stopped(uid, self.meshes[uid][rank]):
+        if reportable and not self.is_stopped(uid, self.meshes[uid][rank], rank):
             self.expected_deliveries.add((uid, rank))
 
 
@@ -127,6 +134,13 @@ def next_event(draw: st.DrawFn, m: Model, step: int) -> Event | None:
         for rank in m.meshes[uid]:
             m.lose(uid, rank, reportable=False)
         return StopFinished(uid, cause_id=cid)
+    if op == "stop_ranks" and m.meshes:
+        uid = draw(st.sampled_from(sorted(m.meshes)))
+        ranks = draw(st.sets(st.sampled_from(sorted(m.meshes[uid])), min_size=1))
+        m.stopped_ranks.update((uid, r) for r in ranks)
+        if uid in m.proc_meshes:
+            m.retired.update(m.meshes[uid][r] for r in ranks)
+        return RanksStopped(uid, frozenset(ranks), "test", cause_id=cid)
     if op == "call" and m.meshes:
         uid = draw(st.sampled_from(sorted(m.meshes)))
         ranks = draw(st.sets(st.sampled_from(sorted(m.meshes[uid])), min_size=1))
@@ -265,8 +279,45 @@ def test_random_runs_fail_each_doomed_call_once_and_deliver_each_rank_once(
         for rank, addr in members.items():
             refused = state.check_call(uid, [rank]) is not None
             gone = ((uid, rank) in m.lost_ranks or addr in m.dead or addr in m.unreachable
-                    or m.is_stopped(uid, addr))
+                    or m.is_stopped(uid, addr, rank))
             assert refused == gone
     assert state.statistics() == stats
+    # The published verdicts refuse exactly what the model refuses, a just-lost connection too.
+    verdicts = state.verdicts()
+    lost = m.timers - m.dead
+    for uid, members in m.meshes.items():
+        for rank, addr in members.items():
+            gone = ((uid, rank) in m.lost_ranks or addr in m.dead or addr in m.unreachable
+                    or m.is_stopped(uid, addr, rank) or addr in lost)
+            assert (verdicts.call_refusal(uid, [(rank, addr)]) is not None) == gone
+    for addr in ADDRS:  # a mesh spawned elsewhere: only its procs are known
+        bad = addr in m.dead or addr in m.unreachable or addr in lost
+        assert (verdicts.call_refusal("far", [(0, addr)]) is not None) == bad
+    assert state.verdicts() is verdicts  # queries change nothing, and reuse the snapshot
     # Handling the same events in one batch gives the same actions.
     assert plain(SupervisionState().handle(*events)) == plain(actions)
+
+
+@PROFILE
+@given(runs())
+def test_stopped_members_refuse_spawns_and_calls_but_pending_calls_live_on(
+    run: tuple[SupervisionState, Model, list[Event], list[Action]],
+) -> None:
+    state, m, _, _ = run
+    verdicts = state.verdicts()
+    for uid in sorted(m.proc_meshes):
+        members = list(m.meshes[uid].items())
+        refusal = verdicts.spawn_refusal(uid, uid, members)
+        stopped = uid in m.stopped or any((uid, r) in m.stopped_ranks for r, _ in members)
+        dead = any(a in m.dead or a in m.unreachable or a in m.timers for _, a in members)
+        if stopped:
+            assert refusal is not None and refusal[1] and "stopped" in refusal[0]
+        else:
+            assert (refusal is not None) == dead
+            assert refusal is None or not refusal[1]
+    # a stop of some ranks fails nothing pending, and is idempotent
+    for uid in sorted(m.meshes):
+        ranks = frozenset(m.meshes[uid])
+        assert state.handle(RanksStopped(uid, ranks, "again", cause_id="x")) == []
+        assert state.handle(RanksStopped(uid, ranks, "twice", cause_id="y")) == []
+        assert state.statistics().pending_calls == len(m.pending)

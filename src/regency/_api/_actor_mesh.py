@@ -13,46 +13,14 @@ from .._runtime._pickling import dumps
 from .._runtime._relay import Tree
 from .._wire._messages import SYSTEM_ENDPOINT, StopActor
 from ._actor import Actor, EndpointProperty, NotAnEndpoint, endpoints_of, is_async_actor
-from ._bootstrap import runtime
-from ._dispatch import supervisor
 from ._endpoint import Endpoint, post_call
 from ._future import Future, completed
 from ._mesh_state import _state, countdown_port
-from ._state import api_state
+from ._process import runtime
+from ._route import Route, tree_for
+from ._state import api_state, supervisor
 
-__all__ = ["ActorMesh", "Route"]
-
-class Route:
-    """The members of a (sliced) mesh: ranks, their procs' addresses, the cast header.
-
-    ``hops`` are the addresses the sender writes to: the members themselves, or for a mesh
-    larger than the fan-out, the first relays of its tree (``tree``).
-    """
-
-    __slots__ = ("addrs", "cast", "hops", "ranks", "shape", "targets", "tree")
-
-    def __init__(self, shape: Shape, proc_addrs: tuple[str, ...], tree: Tree | None) -> None:
-        s = shape.slice
-        self.shape = shape
-        self.ranks = tuple(shape.ranks())
-        self.addrs = [proc_addrs[g] for g in self.ranks]
-        self.targets = frozenset(self.addrs)
-        self.cast = (shape.labels, s.offset, s.sizes, s.strides)
-        self.tree = tree
-        self.hops = self.addrs if tree is None else tree.next_hops(-1, self.cast, ())
-
-    def current_hops(self, dead: dict[str, str]) -> list[str]:
-        """``hops``, routing around relays known to be dead."""
-        if self.tree is None or not dead:
-            return self.hops
-        return self.tree.next_hops(-1, self.cast, dead)
-
-
-def _tree_for(full: Shape, proc_addrs: tuple[str, ...], fanout: int) -> Tree | None:
-    if len(full) <= fanout:
-        return None
-    ranks = full.ranks()
-    return Tree(ranks, [proc_addrs[g] for g in ranks], fanout)
+__all__ = ["ActorMesh"]
 
 
 class ActorMesh(MeshTrait):
@@ -73,7 +41,7 @@ class ActorMesh(MeshTrait):
         self._proc_addrs = proc_addrs
         self._full_shape = full_shape or shape
         self._fanout = fanout or int(config.get("max_cast_fanout"))
-        self._tree = tree or _tree_for(self._full_shape, proc_addrs, self._fanout)
+        self._tree = tree or tree_for(self._full_shape, proc_addrs, self._fanout)
         self._install_endpoints()
 
     @property

@@ -26,6 +26,7 @@ from ..errors import MeshFailure, SupervisionError
 from ._actor import Actor, endpoints_of, is_async_actor
 from ._context import Context, Instance, empty_point, set_context
 from ._ports import Port
+from ._proc_mesh import proc_mesh_of
 
 
 class MessageContext(Context):
@@ -67,7 +68,7 @@ class ActorBehavior:
             actor_id=f"{self.uid}{dict(self.rank)}", name=msg.name,
             class_name=self.class_name, rank=self.rank, proc_id=rt.address,
             creator=msg.creator, mesh_uid=self.uid, _proc_mesh=msg.proc_mesh,
-            _stop=self.request_stop,
+            _stop=self.request_stop, _proc=proc_mesh_of(rt),
         )
         self.context = Context(self.instance, empty_point())
         self.actor: Actor | None = None
@@ -75,7 +76,6 @@ class ActorBehavior:
         self.tasks: set[asyncio.Task[Any]] = set()
         self.stop_requested: str | None = None
         self.cleaned = False  # __cleanup__ ran (it runs at most once)
-        self.faults: dict[str, m.Fault] = {}  # injected by regency.testing
         self.before_reply: Callable[[], None] | None = None  # set by a sync actor's cell
         self._status = rt.status_page  # shared with the host agent: the endpoint in flight
         self.failed_exc: BaseException | None = None  # why it failed, for __cleanup__
@@ -112,10 +112,6 @@ class ActorBehavior:
         explicit = False
         try:
             fn, explicit, args, kwargs = self._prepare(name, port, frame)
-            if self.faults and name in self.faults:
-                fn = self._faulty(name, fn)
-                if fn is None:
-                    return None
             result = fn(*args, **kwargs)
         except Exception as exc:
             self._on_exception(exc, name, port, explicit)
@@ -158,13 +154,6 @@ class ActorBehavior:
         explicit = False
         try:
             fn, explicit, args, kwargs = self._prepare(name, port, frame)
-            if self.faults and name in self.faults:
-                fault = self.faults[name]
-                if fault.action == "delay":
-                    await asyncio.sleep(fault.seconds)
-                fn = self._faulty(name, fn, slept=True)
-                if fn is None:
-                    return
             result = fn(*args, **kwargs)
             if inspect.isawaitable(result):
                 result = await result
@@ -204,29 +193,6 @@ class ActorBehavior:
             data = self._status_names[name] = raw + b"\0" * (128 - len(raw))
         assert self._status is not None
         self._status[:128] = data
-
-    def _faulty(self, name: str, fn: Any, slept: bool = False) -> Any:
-        """Apply an injected fault to this call: the function to run, or None to drop it."""
-        fault = self.faults[name]
-        fault.times -= 1
-        if fault.times <= 0:
-            del self.faults[name]
-        kind = fault.action
-        if kind == "drop":
-            return None
-        if kind == "delay" and not slept:
-            import time
-
-            time.sleep(fault.seconds)
-        if kind == "raise":
-            exc = fault.exc
-            assert exc is not None, "a 'raise' fault carries its exception"
-
-            def raiser(*args: Any, **kwargs: Any) -> Any:
-                raise exc
-
-            return raiser
-        return fn
 
     def _refuse(self, port: Any) -> bool:
         if self.failure is None and self.actor is not None and self.stop_requested is None:

@@ -1,62 +1,48 @@
-"""Starting and stopping the runtime of this process; ``this_host``, ``this_proc``.
+"""Starting and stopping the runtime of this process (the top layer of ``regency._api``).
 
 In the controller the first regency call starts the runtime: an event loop on a daemon
 thread, a listening socket, the local host agent, and the root client context. An ``atexit``
 hook shuts it down (stopping every proc this process started). ``shutdown_context()`` does
 the same on demand, and the next regency call starts a fresh runtime (for notebooks).
+Lower layers reach the runtime through ``_process.runtime()``; this module hands it the
+starter when it is imported.
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import os
 import secrets
 import threading
-from typing import TYPE_CHECKING
 
-from .._mesh import Extent, Point, Shape
-from .._runtime import _current
+from .. import config
+from .._mesh import Extent, Point
+from .._runtime import _current, _output
+from .._runtime._host_agent import HostAgent
+from .._runtime._malloc import reuse_freed_memory
 from .._runtime._runtime import Runtime
+from .._runtime._secret import configured_secret
 from .._wire import new_secret
+from . import _dispatch, _failfast
+from ._context import Context, Instance
+from ._future import Future, completed
+from ._proc_mesh import proc_mesh_of
+from ._process import lock, runtime, set_starter
+from ._state import api_state
+from ._stopping import stop_everything
 
-if TYPE_CHECKING:
-    from ._context import Context
-    from ._future import Future
-    from ._host_mesh import HostMesh
-    from ._proc_mesh import ProcMesh
+__all__ = ["enable_transport", "root_context_of", "runtime", "shutdown_context"]
 
-__all__ = ["runtime", "shutdown_context", "this_host", "this_proc"]
-
-_lock = threading.Lock()
-_root_context: Context | None = None
 _atexit_registered = False
 
 
-def runtime() -> Runtime:
-    """The runtime of this process, starting the controller runtime if needed."""
-    rt = _current.get()
-    if rt is not None:
-        return rt
-    with _lock:
-        rt = _current.get()
-        if rt is None:
-            rt = _start_controller()
-        return rt
-
-
 def _start_controller() -> Runtime:
-    global _atexit_registered, _root_context
-    from .. import config
-    from .._runtime import _output
-    from .._runtime._host_agent import HostAgent
-    from .._runtime._malloc import reuse_freed_memory
-    from . import _dispatch
-
+    """Start this process's controller runtime (called by ``runtime()``, under its lock)."""
+    global _atexit_registered
     if config.get("malloc_reuse"):
         reuse_freed_memory()
     job = secrets.token_hex(4)
-    from .._runtime._secret import configured_secret
-
     rt = Runtime(secret=configured_secret() or new_secret(), job=job, role="controller")
     ready = threading.Event()
     failure: list[BaseException] = []
@@ -81,11 +67,9 @@ def _start_controller() -> Runtime:
     rt.agent = HostAgent(rt)
     _output.install()  # procs' output is written between the script's lines, not inside
     _dispatch.install(rt)
-    from . import _failfast
-
+    api_state(rt).root_context = root_context_of(rt)
     _failfast.reset()
     _failfast.install_handler()
-    _root_context = None
     _current.set_runtime(rt)
     if not _atexit_registered:
         atexit.register(_at_exit)
@@ -93,40 +77,16 @@ def _start_controller() -> Runtime:
     return rt
 
 
-def root_context() -> Context:
-    """The context of the root client (outside any actor)."""
-    global _root_context
-    from ._context import Context, Instance
-
-    rt = runtime()
-    if _root_context is None:
-        empty = Point(0, Extent([], []))
-        inst = Instance(actor_id=f"root@{rt.address}", name="root", class_name="",
-                        rank=empty, proc_id=rt.address)
-        _root_context = Context(inst, empty)
-    return _root_context
+set_starter(_start_controller)
 
 
-def this_proc() -> ProcMesh:
-    """The proc this code runs in, as a 0-dimensional ProcMesh.
-
-    On the controller, actors spawned on it run inside the controller's own process.
-    """
-    from ._proc_mesh import ProcMesh
-
-    rt = runtime()
-    return ProcMesh(rt.proc_uid, "root", Shape.unity(), (rt.address,), (rt.host_agent,))
-
-
-def this_host() -> HostMesh:
-    """This machine, as a 0-dimensional HostMesh (a reference: it cannot be shut down)."""
-    from ._host_mesh import HostMesh
-
-    rt = runtime()
-    agent = rt.agent
-    if agent is not None:
-        rt.call_soon(agent.start_zygote)  # warm the fork server before the first spawn
-    return HostMesh(Shape.unity(), (rt.host_agent,), owned=False)
+def root_context_of(rt: Runtime) -> Context:
+    """The context of the root client of ``rt`` (outside any actor)."""
+    empty = Point(0, Extent([], []))
+    here = proc_mesh_of(rt)
+    inst = Instance(actor_id=f"root@{rt.address}", name="root", class_name="", rank=empty,
+                    proc_id=rt.address, _proc_mesh=here, _proc=here)
+    return Context(inst, empty)
 
 
 def shutdown_context(host_timeout: float | None = None) -> Future[None]:
@@ -134,8 +94,6 @@ def shutdown_context(host_timeout: float | None = None) -> Future[None]:
 
     It does not exit the program; the next regency call starts a fresh runtime.
     """
-    from ._future import completed
-
     rt = _current.get()
     if rt is None or rt.role != "controller":
         return completed(None)
@@ -144,9 +102,7 @@ def shutdown_context(host_timeout: float | None = None) -> Future[None]:
 
 
 def _shutdown(rt: Runtime, timeout: float) -> None:
-    from ._dispatch import stop_everything
-
-    with _lock:
+    with lock():
         if _current.get() is not rt or rt.stopping:
             return
         rt.stopping = True
@@ -164,15 +120,13 @@ def _shutdown(rt: Runtime, timeout: float) -> None:
             rt.loop.call_soon_threadsafe(rt.loop.stop)
             thread.join(timeout=5.0)
     finally:
-        with _lock:
+        with lock():
             if _current.get() is rt:
                 _current.set_runtime(None)
 
 
 async def _cancel_tasks() -> None:
     """Cancel what is still running on the loop (a stop past its deadline, say), quietly."""
-    import asyncio
-
     me = asyncio.current_task()
     tasks = [t for t in asyncio.all_tasks() if t is not me]
     for task in tasks:
@@ -182,9 +136,6 @@ async def _cancel_tasks() -> None:
 
 
 def _at_exit() -> None:
-    from .._runtime import _output
-    from . import _failfast
-
     rt = _current.get()
     if rt is not None and rt.role == "controller":
         # after a fail-fast, healthy but busy actors are not waited for
@@ -201,7 +152,5 @@ def enable_transport(transport: str) -> None:
     aliases = {"ipc": "unix", "unix": "unix", "tcp": "tcp", "tcpwithlocalhost": "tcp"}
     if name not in aliases:
         raise ValueError(f"unknown transport {transport!r}; use 'unix' or 'tcp'")
-    from .. import config
-
     config.configure(default_transport=aliases[name])
 

@@ -7,11 +7,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._mesh import Extent, Point
+from ._process import runtime
+from ._state import api_state
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: meshes sit above contexts
     from ._proc_mesh import ProcMesh
 
-__all__ = ["Context", "Instance", "context", "current_actor_name", "current_rank", "current_size"]
+__all__ = [
+    "Context", "Instance", "context", "current_actor_name", "current_rank", "current_size",
+    "root_context",
+]
 
 _EMPTY = Extent([], [])
 
@@ -27,6 +32,9 @@ class Instance:
         rank: position in the mesh the actor was spawned on.
         creator: the instance that spawned this one's mesh (``None`` for the root).
         proc_id: id of the proc it runs on.
+
+    Whoever makes an instance (the actor host, the top layer for the root) gives it its
+    proc meshes; a copy sent to another process (``creator``) keeps them.
     """
 
     actor_id: str
@@ -38,20 +46,22 @@ class Instance:
     mesh_uid: str = ""
     _proc_mesh: ProcMesh | None = field(default=None, repr=False)
     _stop: Any = field(default=None, repr=False)
+    _proc: ProcMesh | None = field(default=None, repr=False)
 
     @property
     def proc_mesh(self) -> ProcMesh:
         """The whole proc mesh this actor was spawned on."""
-        from ._bootstrap import this_proc
-
-        return self._proc_mesh if self._proc_mesh is not None else this_proc()
+        mesh = self._proc_mesh if self._proc_mesh is not None else self._proc
+        if mesh is None:
+            raise RuntimeError(f"{self!r} knows no proc mesh")
+        return mesh
 
     @property
     def proc(self) -> ProcMesh:
         """A 0-dimensional proc mesh of this actor's own proc."""
-        from ._bootstrap import this_proc
-
-        return this_proc()
+        if self._proc is None:
+            raise RuntimeError(f"{self!r} knows no proc")
+        return self._proc
 
     def stop(self, reason: str = "stopped by the actor itself") -> None:
         """Stop this actor (this rank only) after the current message."""
@@ -85,9 +95,15 @@ def context() -> Context:
     try:
         return _current.get()
     except LookupError:
-        from ._bootstrap import root_context
-
         return root_context()
+
+
+def root_context() -> Context:
+    """The context of the root client (outside any actor), starting the runtime if needed."""
+    ctx = api_state(runtime()).root_context
+    if ctx is None:
+        raise RuntimeError("this process's runtime has no root context")
+    return ctx
 
 
 def current_rank() -> Point:

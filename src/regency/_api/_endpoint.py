@@ -23,15 +23,16 @@ from .._runtime._runtime import Runtime
 from .._wire import _messages as m
 from .._wire import encode_call
 from ..errors import SupervisionError
-from ._bootstrap import runtime
 from ._context import _current
 from ._failfast import defer_interrupts
 from ._future import Future
+from ._process import runtime
 from ._replies import decode, to_exception
+from ._route import Route
 from ._value_mesh import ValueMesh
 
-if TYPE_CHECKING:
-    from ._actor_mesh import ActorMesh, Route
+if TYPE_CHECKING:  # annotations only: an endpoint belongs to a mesh, one layer up
+    from ._actor_mesh import ActorMesh
 
 __all__ = ["Accumulator", "Endpoint", "send"]
 

@@ -1,44 +1,28 @@
-"""State shared by a mesh and its slices in this process, and who is spawning."""
+"""Helpers of the meshes: their shared state, acknowledgement ports, who is spawning."""
 
 
 from __future__ import annotations
 
 import secrets
-from typing import Any, TypeVar
+from typing import Any
 
 from .._runtime._completion import Completion
-from ._actor import Actor
-from ._bootstrap import runtime
-from ._context import _current
-from ._state import api_state
+from ._context import Context, Instance, _current, root_context
+from ._process import runtime
+from ._state import MeshState, api_state
 
-__all__ = []
-
-T = TypeVar("T", bound=Actor)
+__all__: list[str] = []
 
 
 def _token() -> str:
     return secrets.token_hex(5)
 
 
-class _MeshState:
-    """State shared by a mesh and its slices in this process (never pickled)."""
-
-    def __init__(self, n: int) -> None:
-        self.ready = Completion("the mesh to start")
-        self.waiting = n
-        self.stopped: str | None = None  # proc meshes: the whole mesh was stopped
-        self.stopped_ranks: set[int] = set()  # actor meshes: members stopped so far
-        self.stop_reason = ""
-        if n == 0:
-            self.ready.set_result(True)
-
-
-def _state(uid: str, n: int = 0) -> _MeshState:
+def _state(uid: str, n: int = 0) -> MeshState:
     table = api_state(runtime()).mesh_state
     st = table.get(uid)
     if st is None:
-        st = table[uid] = _MeshState(n)
+        st = table[uid] = MeshState(n)
     return st
 
 
@@ -69,16 +53,13 @@ def _owner_uid() -> str | None:
     return ctx.actor_instance.mesh_uid if ctx is not None else None
 
 
-def _creator() -> Any:
-    ctx = _current.get(None)
+def _creator() -> Instance:
+    """A copy of the spawning instance, to send along (without its ``stop``)."""
+    ctx: Context | None = _current.get(None)
     if ctx is None:
-        from ._bootstrap import root_context
-
         ctx = root_context()
     inst = ctx.actor_instance
-    from ._context import Instance
-
     return Instance(inst.actor_id, inst.name, inst.class_name, inst.rank, inst.proc_id,
-                    inst.creator, inst.mesh_uid)
+                    inst.creator, inst.mesh_uid, inst._proc_mesh, None, inst._proc)
 
 

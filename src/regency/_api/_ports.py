@@ -8,8 +8,8 @@ from typing import Any, Generic, TypeVar
 
 from .._runtime._completion import Completion
 from .._wire import _messages as m
-from ._bootstrap import runtime
 from ._future import Future
+from ._process import runtime
 from ._replies import decode, to_exception
 
 __all__ = ["Channel", "Port", "PortReceiver"]

@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import faulthandler
 import inspect
+import mmap
 import os
 import pickle
 import sys
+import traceback
 from typing import Any
 
 from .. import config
@@ -21,7 +23,12 @@ from .._runtime import _current
 from .._runtime._runtime import Runtime
 from .._wire._messages import ProcReady, StopProc
 from . import _dispatch
+from ._bootstrap import root_context_of
 from ._context import Context, Instance, set_context
+from ._context import _current as ctxvar
+from ._proc_mesh import proc_mesh_of
+from ._state import api_state
+from ._stopping import stop_cells
 
 
 def run_proc(spec: dict[str, Any]) -> int:
@@ -37,8 +44,6 @@ def run_proc(spec: dict[str, Any]) -> int:
     rt.proc_rank = spec["rank"]
     _dispatch.install(rt)
     for fd in spec.get("extra_fds", [])[:1]:
-        import mmap
-
         rt.status_page = mmap.mmap(fd, 0)  # where we say which endpoint runs
         os.close(fd)
     stop = asyncio.Event()
@@ -60,7 +65,8 @@ def run_proc(spec: dict[str, Any]) -> int:
 
 async def _serve(rt: Runtime, spec: dict[str, Any], stop: asyncio.Event) -> int:
     await rt.start(spec.get("bind", spec["addr"]), identity=spec["addr"])
-    error = await _bootstrap(spec)
+    api_state(rt).root_context = root_context_of(rt)
+    error = await _bootstrap(rt, spec)
     if error is not None:
         rt.bootstrap_error = error  # actors spawned here fail, saying why
     rt.send_sys(spec["host_agent"], ProcReady(rt.address, os.getpid(), error, rt.bound_address))
@@ -68,14 +74,15 @@ async def _serve(rt: Runtime, spec: dict[str, Any], stop: asyncio.Event) -> int:
     return 0
 
 
-async def _bootstrap(spec: dict[str, Any]) -> str | None:
+async def _bootstrap(rt: Runtime, spec: dict[str, Any]) -> str | None:
     data = spec.get("bootstrap")
     if data is None:
         return None
     shape: Shape = spec["shape"]
     point: Point = shape.point(spec["rank"])
+    here = proc_mesh_of(rt)
     inst = Instance(actor_id=f"setup@{spec['addr']}", name="setup", class_name="bootstrap",
-                    rank=point, proc_id=spec["addr"])
+                    rank=point, proc_id=spec["addr"], _proc_mesh=here, _proc=here)
     token = set_context(Context(inst, point))
     try:
         fn = pickle.loads(data)
@@ -83,20 +90,16 @@ async def _bootstrap(spec: dict[str, Any]) -> str | None:
         if inspect.isawaitable(result):
             await result
     except BaseException as exc:
-        import traceback
-
         traceback.print_exc()
         return f"bootstrap raised {type(exc).__name__}: {exc}"
     finally:
-        from ._context import _current as ctxvar
-
         ctxvar.reset(token)
     return None
 
 
 async def _stop(rt: Runtime, stop: asyncio.Event) -> None:
     timeout = float(config.get("cleanup_timeout")) + 1.0
-    await _dispatch.stop_cells(rt, timeout)
+    await stop_cells(rt, timeout)
     sys.stdout.flush()
     sys.stderr.flush()
     await rt.router.aclose()

@@ -2,8 +2,8 @@
 
 The runtime knows nothing of meshes or supervision; the API layer hangs its books here:
 the supervisor, the state shared by a mesh and its slices, the proc meshes and actor meshes
-this process owns, the failed ranks it has heard of, the singleton controllers (at the root)
-and the workers it keeps alive with heartbeats.
+this process owns, the failed ranks it has heard of, the root context, the singleton
+controllers (at the root) and the workers it keeps alive with heartbeats.
 """
 
 from __future__ import annotations
@@ -13,21 +13,35 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._mesh import Shape
+from .._runtime._completion import Completion
 from .._runtime._runtime import Runtime
 from ..errors import MeshFailure
+from ._supervisor import Supervisor
 
-if TYPE_CHECKING:
-    from ._mesh_state import _MeshState
-    from ._supervisor import Supervisor
+if TYPE_CHECKING:  # annotations only: the context layer sits above this one
+    from ._context import Context
 
-__all__ = ["ApiState", "OwnedMesh", "ProcMeshRecord", "api_state"]
+__all__ = ["ApiState", "MeshState", "OwnedMesh", "ProcMeshRecord", "api_state", "supervisor"]
+
+
+class MeshState:
+    """State shared by a mesh and its slices in this process (never pickled)."""
+
+    def __init__(self, n: int) -> None:
+        self.ready = Completion("the mesh to start")
+        self.waiting = n
+        self.stopped: str | None = None  # proc meshes: the whole mesh was stopped
+        self.stopped_ranks: set[int] = set()  # actor meshes: members stopped so far
+        self.stop_reason = ""
+        if n == 0:
+            self.ready.set_result(True)
 
 
 @dataclass(eq=False)
 class ProcMeshRecord:
     """A proc mesh this process spawned (and owns)."""
 
-    state: _MeshState
+    state: MeshState
     addr_list: list[str]  # by rank
     agents: list[str]  # the host agent of each rank
     owner_uid: str | None  # the actor mesh that spawned it (None: the client)
@@ -51,7 +65,8 @@ class ApiState:
     """The API layer's books in one runtime."""
 
     supervisor: Supervisor | None = None  # set by ``_dispatch.install``
-    mesh_state: dict[str, _MeshState] = field(default_factory=dict)  # mesh uid -> state
+    root_context: Context | None = None  # set by whoever starts the runtime (top layer)
+    mesh_state: dict[str, MeshState] = field(default_factory=dict)  # mesh uid -> state
     proc_meshes: dict[str, ProcMeshRecord] = field(default_factory=dict)
     owned: dict[str, OwnedMesh] = field(default_factory=dict)  # actor meshes spawned here
     failed_ranks: dict[str, dict[int, MeshFailure]] = field(default_factory=dict)
@@ -68,3 +83,10 @@ def api_state(rt: Runtime) -> ApiState:
         state = rt.api = ApiState()
     assert isinstance(state, ApiState)
     return state
+
+
+def supervisor(rt: Runtime) -> Supervisor:
+    """The supervisor of ``rt`` (installed with the handlers)."""
+    sup = api_state(rt).supervisor
+    assert sup is not None, "the API layer's handlers are installed with the runtime"
+    return sup

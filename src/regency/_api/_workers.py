@@ -15,8 +15,6 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable
-from typing import Any
 
 from .. import config
 from .._mesh import Shape
@@ -28,8 +26,11 @@ from .._transport import Address
 from .._wire import _messages as m
 from ..errors import TransportError
 from . import _dispatch
-from ._bootstrap import runtime
-from ._host_mesh import HostMesh
+from ._bootstrap import root_context_of
+from ._failures import host_lost
+from ._leases import ask, beat
+from ._proc_mesh import HostMesh
+from ._process import runtime
 from ._state import api_state
 
 log = logging.getLogger("regency.worker")
@@ -127,6 +128,7 @@ def run_worker_loop_forever(address: str = "tcp://0.0.0.0:26600",
     listen = str(Address("tcp", addr.host, addr.port))
     rt.loop.run_until_complete(rt.start(listen))
     rt.host_agent = rt.address
+    api_state(rt).root_context = root_context_of(rt)
     agent.start_zygote()
     print(f"regency worker listening on {rt.address}", flush=True)
     try:
@@ -214,36 +216,13 @@ def attach_to_workers(workers: list[str], ca: str = "trust_all_connections",
     return HostMesh(Shape.from_sizes(["hosts"], [len(agents)]), agents, owned=True)
 
 
-async def _ask(rt: Runtime, addr: str, make: Callable[[m.PortRef, str], m.SystemMessage],
-               timeout: float) -> Any:
-    """Send ``make(reply port, our contact)`` to the worker at ``addr``; await its answer."""
-    loop = asyncio.get_running_loop()
-    fut: asyncio.Future[Any] = loop.create_future()
-
-    def on_reply(reply: m.Reply, frame: list[memoryview]) -> None:
-        rt.close_port(port_id)
-        from ._replies import decode, to_exception
-
-        value = decode(frame)
-        if fut.done():
-            return
-        if reply.status == m.OK:
-            fut.set_result(value)
-        else:
-            fut.set_exception(to_exception(reply.status, value))
-
-    port_id = rt.open_port(on_reply, frozenset({addr}))
-    rt.send_sys(addr, make((rt.contact, port_id), rt.contact))
-    return await asyncio.wait_for(fut, timeout)
-
-
 async def _attach_all(rt: Runtime, agents: tuple[str, ...], contact: str) -> None:
     lease = float(config.get("host_lost_timeout"))
     timeout = float(config.get("connect_timeout"))
 
     async def one(agent: str) -> None:
         try:
-            await _ask(rt, agent, lambda port, me: m.Attach(port, me, lease), timeout)
+            await ask(rt, agent, lambda port, me: m.Attach(port, me, lease), timeout)
         except (asyncio.TimeoutError, TimeoutError) as exc:
             why = rt.dead_addrs.get(agent, "no answer")
             raise TransportError(f"cannot attach to worker {agent}: {why}") from exc
@@ -260,8 +239,6 @@ def _start_heartbeat(rt: Runtime) -> None:
 
 async def _heartbeat(rt: Runtime) -> None:
     """Renew every worker's lease; declare a worker lost when it stops answering."""
-    from ._dispatch import host_lost
-
     period = float(config.get("heartbeat_interval"))
     limit = float(config.get("host_lost_timeout"))
     beats = api_state(rt).heartbeats
@@ -274,33 +251,8 @@ async def _heartbeat(rt: Runtime) -> None:
                 del beats[agent]
                 host_lost(rt, agent, f"the host {agent} stopped answering for {limit:.1f}s")
                 continue
-            task = rt.loop.create_task(_beat(rt, agent, beats))
+            task = rt.loop.create_task(beat(rt, agent, beats))
             rt.background.add(task)
             task.add_done_callback(rt.background.discard)
 
 
-async def _beat(rt: Runtime, agent: str, beats: dict[str, float]) -> None:
-    try:
-        await _ask(rt, agent, lambda port, me: m.Heartbeat(port, me),
-                   float(config.get("host_lost_timeout")))
-    except Exception:
-        return
-    if agent in beats:
-        beats[agent] = time.monotonic()
-
-
-def release_workers(rt: Runtime, agents: tuple[str, ...], exit: bool) -> None:
-    """Release (and optionally shut down) workers; called from HostMesh.stop/shutdown."""
-    beats = api_state(rt).heartbeats
-    for agent in agents:
-        beats.pop(agent, None)
-    agents = tuple(a for a in agents if a not in rt.dead_addrs)  # a lost host cannot answer
-    if not agents:
-        return
-
-    async def go() -> None:
-        await asyncio.gather(
-            *(_ask(rt, a, lambda port, me: m.Release(port, me, exit), 10.0) for a in agents),
-            return_exceptions=True)
-
-    rt.run_sync(go, timeout=15)

@@ -121,7 +121,7 @@ def doctor_report(procs: Any = None) -> str:
     ``procs``: a ProcMesh to probe (at least 2 procs are best); by default two procs are
     spawned on this host and stopped afterwards.
     """
-    from .._api._bootstrap import this_host
+    from .._api._proc_mesh import this_host
 
     me = peer_info()
     own = procs is None

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from . import _cache
 
 if TYPE_CHECKING:
-    from .._api._host_mesh import HostMesh
+    from .._api._proc_mesh import HostMesh
 
 __all__ = ["Job", "JobError", "JobState"]
 

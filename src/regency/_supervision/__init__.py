@@ -32,6 +32,7 @@ from regency._supervision._events import (
     MeshSpawned,
     MeshStopped,
     ProcExited,
+    RanksStopped,
     StopFinished,
     SuperviseDone,
 )
@@ -67,6 +68,7 @@ __all__ = [
     "MeshSpawned",
     "MeshStopped",
     "ProcExited",
+    "RanksStopped",
     "RankState",
     "RunRootHook",
     "StartGraceTimer",

@@ -30,6 +30,7 @@ __all__ = [
     "MeshSpawned",
     "MeshStopped",
     "ProcExited",
+    "RanksStopped",
     "StopFinished",
     "SuperviseDone",
 ]
@@ -81,6 +82,24 @@ class MeshStopped(Event):
 
     uid: str
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RanksStopped(Event):
+    """Some members of a mesh (a slice, or some procs of a proc mesh) are being stopped on
+    purpose: as :class:`MeshStopped`, for those ranks only.
+
+    New calls to them are refused at once; calls already pending may still be answered and
+    fail when their procs go away; a later loss of those ranks is never reported. Stopping
+    procs of a proc mesh also stops the owned members that live on them.
+    """
+
+    uid: str
+    ranks: frozenset[int]
+    reason: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ranks", frozenset(self.ranks))
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,9 @@ __all__ = [
     "subject",
     "why_actor_failed",
     "why_proc_lost",
+    "why_connection_lost",
     "why_proc_mesh_stopped",
+    "why_ranks_stopped",
     "why_stopped",
     "why_unreachable",
 ]
@@ -54,6 +56,16 @@ def why_proc_lost(addr: str, cause: str) -> str:
 def why_stopped(reason: str) -> str:
     """The mesh was stopped on purpose."""
     return f"cannot answer: the mesh was stopped ({reason})"
+
+
+def why_ranks_stopped(reason: str) -> str:
+    """These members (a slice of the mesh) were stopped on purpose."""
+    return f"cannot answer: they were stopped ({reason})"
+
+
+def why_connection_lost(addr: str, reason: str) -> str:
+    """The connection to the proc just broke: new calls are refused at once."""
+    return f"cannot answer: the connection to its proc {addr} was lost ({reason})"
 
 
 def why_proc_mesh_stopped(addr: str, reason: str) -> str:

@@ -62,6 +62,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
+from types import MappingProxyType
 from typing import Any, Final
 
 from regency._supervision import _reasons as say
@@ -86,6 +87,7 @@ from regency._supervision._events import (
     MeshSpawned,
     MeshStopped,
     ProcExited,
+    RanksStopped,
     StopFinished,
     SuperviseDone,
 )
@@ -100,6 +102,7 @@ __all__ = [
     "RankState",
     "SupervisionState",
     "SupervisionStatistics",
+    "Verdicts",
 ]
 
 DEFAULT_GRACE_S = 0.25
@@ -185,6 +188,7 @@ class _Mesh:
     why: dict[int, str] = field(default_factory=dict)  # rank -> why it left RUNNING
     failures: dict[int, MeshFailure] = field(default_factory=dict)
     stopped: str | None = None
+    stopped_ranks: dict[int, str] = field(default_factory=dict)  # rank -> stop reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,6 +263,7 @@ class SupervisionState:
         self._deliveries: dict[str, _Delivery] = {}
         self._delivered = 0
         self._story = Story(story_size)
+        self._verdicts: Verdicts | None = None  # the last published snapshot, while valid
 
     # -- the one entry point ---------------------------------------------------------------------
     def handle(self, *events: Event) -> list[Action]:
@@ -275,6 +280,8 @@ class SupervisionState:
             if handler is None:
                 raise TypeError(f"not a supervision event: {event!r}")
             self._story.record(event, self._keys_of_event(event))
+            if type(event) not in _KEEP_VERDICTS:
+                self._verdicts = None
             try:
                 out = handler(self, event)
             except InvalidTransition as exc:
@@ -320,6 +327,47 @@ class SupervisionState:
         bad = {rank: why for rank in chosen
                if (why := self._addr_trouble(mesh.members[rank])) is not None}
         return say.spawn_refused(mesh.uid, mesh.name, bad) if bad else None
+
+    def verdicts(self) -> Verdicts:
+        """An immutable snapshot of every refusal the machine would give now.
+
+        Made once per change (events that cannot change a refusal keep it), so a runtime can
+        publish it for callers on other threads, which read it without a lock.
+        """
+        verdicts = self._verdicts
+        if verdicts is None:
+            verdicts = self._verdicts = self._snapshot()
+        return verdicts
+
+    def _snapshot(self) -> Verdicts:
+        ranks: dict[str, dict[int, str]] = {}
+        stopped: dict[str, str] = {}
+        for mesh in self._meshes.values():
+            if mesh.stopped is not None:
+                stopped[mesh.uid] = say.why_stopped(mesh.stopped)
+                continue
+            whys = {rank: why for rank, addr in mesh.members.items()
+                    if (why := self._member_why(mesh, rank, addr)) is not None}
+            if whys:
+                ranks[mesh.uid] = whys
+        addrs = {addr: why for addr in [*self._dead, *self._unreachable]
+                 if (why := self._addr_trouble(addr)) is not None}
+        for addr, reason in self._lost.items():
+            addrs.setdefault(addr, say.why_connection_lost(addr, reason))
+        spawn = {uid: (dict.fromkeys(mesh.members, mesh.stopped) if mesh.stopped is not None
+                       else dict(mesh.stopped_ranks))
+                 for uid, mesh in self._meshes.items()
+                 if mesh.kind == "proc" and (mesh.stopped is not None or mesh.stopped_ranks)}
+        names = {uid: self._meshes[uid].name for uid in {*ranks, *stopped}}
+        return Verdicts(_freeze(ranks), MappingProxyType(stopped), MappingProxyType(addrs),
+                        _freeze(spawn), MappingProxyType(names))
+
+    def _member_why(self, mesh: _Mesh, rank: int, addr: str) -> str | None:
+        """Why a new call to ``rank`` of ``mesh`` is refused for the member itself, or None."""
+        why = self._stopped_why(mesh, addr, rank)
+        if why is None and mesh.ranks[rank] is not _R:
+            why = mesh.why[rank]
+        return why
 
     def failure_of(self, uid: str, rank: int) -> MeshFailure | None:
         """The recorded failure of a member that failed or lost its proc, else ``None``."""
@@ -377,6 +425,18 @@ class SupervisionState:
                     self._retired.setdefault(addr, ev.reason)
         return []
 
+    def _on_ranks_stopped(self, ev: RanksStopped) -> list[Action]:
+        mesh = self._mesh(ev, ev.uid)
+        missing = sorted(ev.ranks - mesh.members.keys())
+        if missing:
+            raise self._invalid(ev, f"mesh {ev.uid!r} has no {say.ranks_text(missing)}")
+        for rank in sorted(ev.ranks):
+            if rank not in mesh.stopped_ranks:
+                mesh.stopped_ranks[rank] = ev.reason
+                if mesh.kind == "proc":
+                    self._retired.setdefault(mesh.members[rank], ev.reason)
+        return []
+
     def _on_stop_finished(self, ev: StopFinished) -> list[Action]:
         mesh = self._mesh(ev, ev.uid)
         if mesh.stopped is None:
@@ -426,7 +486,7 @@ class SupervisionState:
         if ev.rank not in mesh.members:
             raise self._invalid(ev, f"mesh {ev.uid!r} has no rank {ev.rank}")
         addr = mesh.members[ev.rank]
-        stopped_why = self._stopped_why(mesh, addr)
+        stopped_why = self._stopped_why(mesh, addr, ev.rank)
         why = stopped_why or say.why_actor_failed(mesh.actor_class, ev.failure.cause)
         moved, report = self._lose(mesh, [ev.rank], _A, why, stopped=stopped_why is not None)
         if not moved:
@@ -452,14 +512,19 @@ class SupervisionState:
         loss = _E if ev.expected else _C
         failures: dict[str, MeshFailure | None] = {}
         reports: list[tuple[_Mesh, MeshFailure]] = []
-        for uid, ranks in self._hosted.get(ev.addr, {}).items():
+        for uid, all_ranks in self._hosted.get(ev.addr, {}).items():
             mesh = self._meshes[uid]
-            stopped_why = self._stopped_why(mesh, ev.addr)
-            why = stopped_why or say.why_proc_lost(ev.addr, ev.cause)
-            moved, report = self._lose(mesh, ranks, loss, why, stopped=stopped_why is not None)
-            if stopped_why is not None:
+            stopped = [r for r in all_ranks if self._stopped_why(mesh, ev.addr, r) is not None]
+            for rank in stopped:  # stopped members leave silently
+                self._lose(mesh, [rank], loss, self._stopped_why(mesh, ev.addr, rank) or "",
+                           stopped=True)
+            ranks = [r for r in all_ranks if r not in stopped]
+            if not ranks:
                 failures[uid] = None
-            elif moved:
+                continue
+            why = say.why_proc_lost(ev.addr, ev.cause)
+            moved, report = self._lose(mesh, ranks, loss, why, stopped=False)
+            if moved:
                 failure = self._proc_failure(uid, moved, mesh.actor_class, ev)
                 mesh.failures.update(dict.fromkeys(moved, failure))
                 failures[uid] = failure
@@ -469,8 +534,8 @@ class SupervisionState:
         for call in self._calls_on(ev.addr):
             ranks = call.ranks_on(ev.addr)
             owned = self._meshes.get(call.uid)
-            why = (self._stopped_why(owned, ev.addr) if owned is not None else None) or \
-                say.why_proc_lost(ev.addr, ev.cause)
+            why = (self._stopped_why(owned, ev.addr, ranks[0]) if owned is not None else None) \
+                or say.why_proc_lost(ev.addr, ev.cause)
             if call.uid not in failures:  # a mesh spawned elsewhere
                 failures[call.uid] = self._proc_failure(call.uid, ranks, "", ev)
             self._fail(failing, call, say.subject(call.uid, ranks) + " " + why,
@@ -564,10 +629,12 @@ class SupervisionState:
             return self._act(RunRootHook(failure, failure_id, cause_id=cause_id))
         return self._act(DeliverToOwner(mesh.owner_uid, failure, failure_id, cause_id=cause_id))
 
-    def _stopped_why(self, mesh: _Mesh, addr: str) -> str | None:
-        """Why a member of ``mesh`` on ``addr`` counts as stopped, or None if it does not."""
+    def _stopped_why(self, mesh: _Mesh, addr: str, rank: int | None = None) -> str | None:
+        """Why a member (``rank``) of ``mesh`` on ``addr`` counts as stopped, or None."""
         if mesh.stopped is not None:
             return say.why_stopped(mesh.stopped)
+        if rank is not None and rank in mesh.stopped_ranks:
+            return say.why_ranks_stopped(mesh.stopped_ranks[rank])
         reason = self._retired.get(addr)
         return None if reason is None else say.why_proc_mesh_stopped(addr, reason)
 
@@ -588,9 +655,7 @@ class SupervisionState:
         for rank, addr in addrs.items():
             why = None
             if mesh is not None:
-                why = self._stopped_why(mesh, addr)
-                if why is None and mesh.ranks[rank] is not _R:
-                    why = mesh.why[rank]
+                why = self._member_why(mesh, rank, addr)
             why = why or self._addr_trouble(addr)
             if why is not None:
                 whys.setdefault(why, []).append(rank)
@@ -689,6 +754,7 @@ def _keys_of(item: Event | Action) -> list[StoryKey]:
 _HANDLERS: Final[Mapping[type[Event], Callable[[SupervisionState, Any], list[Action]]]] = {
     MeshSpawned: SupervisionState._on_mesh_spawned,
     MeshStopped: SupervisionState._on_mesh_stopped,
+    RanksStopped: SupervisionState._on_ranks_stopped,
     StopFinished: SupervisionState._on_stop_finished,
     CallStarted: SupervisionState._on_call_started,
     CallFinished: SupervisionState._on_call_finished,
@@ -700,3 +766,59 @@ _HANDLERS: Final[Mapping[type[Event], Callable[[SupervisionState, Any], list[Act
     HookDone: SupervisionState._on_hook_done,
 }
 """Which handler takes which event; every rule is in one of them or in TRANSITIONS."""
+
+_KEEP_VERDICTS: Final = frozenset({CallStarted, CallFinished, SuperviseDone, HookDone})
+"""Events that never change a refusal: the published snapshot stays valid across them."""
+
+
+def _freeze(table: dict[str, dict[int, str]]) -> Mapping[str, Mapping[int, str]]:
+    return MappingProxyType({uid: MappingProxyType(whys) for uid, whys in table.items()})
+
+
+@dataclass(frozen=True, slots=True)
+class Verdicts:
+    """What :class:`SupervisionState` refuses, as of one moment: immutable, any thread.
+
+    Attributes:
+        ranks: mesh uid -> rank -> why a new call to that member is refused.
+        stopped: mesh uid -> why a new call to any member of that (stopped) mesh is refused.
+        addrs: proc address -> why a new call to a member there is refused (its proc died,
+            is unreachable, or its connection was just lost: new calls do not wait for the
+            grace period that pending ones get).
+        spawn_stopped: proc mesh uid -> rank -> why that proc was stopped (no spawn again).
+        names: mesh uid -> display name, for the messages.
+    """
+
+    ranks: Mapping[str, Mapping[int, str]]
+    stopped: Mapping[str, str]
+    addrs: Mapping[str, str]
+    spawn_stopped: Mapping[str, Mapping[int, str]]
+    names: Mapping[str, str]
+
+    def call_refusal(self, uid: str, members: Iterable[tuple[int, str]]) -> str | None:
+        """Why a new call to ``members`` ((rank, proc address) pairs) of mesh ``uid`` must
+        fail at once, or None. Ranks with the same reason are named together."""
+        whole = self.stopped.get(uid)
+        mine = self.ranks.get(uid, {})
+        addrs = self.addrs
+        whys: dict[str, list[int]] = {}
+        for rank, addr in members:
+            why = whole or mine.get(rank) or addrs.get(addr)
+            if why is not None:
+                whys.setdefault(why, []).append(rank)
+        if not whys:
+            return None
+        return "; ".join(say.subject(uid, ranks) + " " + why for why, ranks in whys.items())
+
+    def spawn_refusal(self, uid: str, name: str,
+                      members: Iterable[tuple[int, str]]) -> tuple[str, bool] | None:
+        """Why actors cannot be spawned on ``members`` of proc mesh ``uid``, and whether it
+        is because the mesh (or those procs) were stopped; None when the spawn may go."""
+        members = list(members)
+        gone = self.spawn_stopped.get(uid, {})
+        stopped = next((gone[r] for r, _ in members if r in gone), None)
+        if stopped is not None:
+            return (f"Cannot spawn new actors on proc mesh {name!r} ({uid}): it was stopped "
+                    f"({stopped}) and cannot be used again.", True)
+        bad = {rank: why for rank, addr in members if (why := self.addrs.get(addr)) is not None}
+        return (say.spawn_refused(uid, name, bad), False) if bad else None

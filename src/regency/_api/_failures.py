@@ -1,0 +1,75 @@
+"""What an owner hears of its meshes: failures, procs up and exited, lost hosts and peers.
+
+Each handler records what happened and hands the event to this runtime's supervisor, which
+decides (``_supervisor``, ``regency._supervision``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from .._runtime._runtime import Runtime
+from .._wire import _messages as m
+from ..errors import MeshFailure, SupervisionError
+from . import _failfast
+from ._state import api_state, supervisor
+from ._supervise import banner
+
+__all__ = ["host_lost", "on_actor_failed", "on_peer_lost", "on_proc_exited", "on_proc_up"]
+
+log = logging.getLogger("regency.dispatch")
+
+
+def on_actor_failed(rt: Runtime, msg: m.ActorFailed) -> None:
+    """A member of a mesh this process owns failed (its report)."""
+    failure: MeshFailure = msg.failure
+    api_state(rt).failed_ranks.setdefault(msg.uid, {})[msg.rank] = failure
+    rt.troubles += 1
+    sup = supervisor(rt)
+    if msg.uid in sup._shapes:
+        sup.actor_failed(msg.uid, msg.rank, failure)
+    else:  # a mesh this runtime did not record: never lose it, the root hears of it
+        log.error("regency: failure of an unknown mesh:\n%s", failure.report())
+        if rt.role == "controller":
+            _failfast.fail_fast(banner(failure.report()), 1)
+
+
+def on_proc_up(rt: Runtime, msg: m.ProcUp) -> None:
+    """A proc of a mesh this process spawned is up (or failed to start)."""
+    info = api_state(rt).proc_meshes.get(msg.mesh_uid)
+    if info is None:
+        return
+    st = info.state
+    if msg.error:
+        why = f"proc {msg.addr} failed to start: {msg.error}"
+        st.ready.set_exception(SupervisionError(why))
+        return
+    st.waiting -= 1
+    if st.waiting <= 0:
+        st.ready.set_result(True)
+
+
+def on_proc_exited(rt: Runtime, msg: m.ProcExited, drain: bool = True) -> None:
+    """A host agent reaped a proc of a mesh this process spawned."""
+    addr = msg.addr
+    info = api_state(rt).proc_meshes.get(msg.mesh_uid)
+    rt.mark_dead(addr, f"the proc {msg.cause}")
+    if info is not None and not info.state.ready.done():
+        info.state.ready.set_exception(SupervisionError(f"proc {addr} {msg.cause}"))
+    supervisor(rt).proc_exited(msg, drain=drain)
+
+
+def host_lost(rt: Runtime, agent: str, why: str) -> None:
+    """A worker host stopped answering: every proc there is lost, through supervision."""
+    rt.mark_dead(agent, why)
+    for uid, info in list(api_state(rt).proc_meshes.items()):
+        for rank, (addr, a) in enumerate(zip(info.addr_list, info.agents)):
+            if a == agent and addr not in rt.dead_addrs:
+                on_proc_exited(rt, m.ProcExited(addr, None, f"was lost: {why}", False, uid,
+                                                rank, agent, []),
+                               drain=False)  # an unreachable host's connections only look live
+
+
+def on_peer_lost(rt: Runtime, addr: str, exc: BaseException | None) -> None:
+    """A connection to ``addr`` broke."""
+    supervisor(rt).connection_lost(addr, f"connection lost ({exc})")

@@ -1,0 +1,170 @@
+"""Stopping actors: tombstones, a stop request, what a stopped owner owned, shutdown.
+
+A stopped (or never constructed) actor leaves a ``Tombstone`` in its runtime's cells: calls
+to it are answered at once with why it is gone. A mesh never outlives its owner: stopping an
+actor stops the meshes it spawned. ``stop_cells`` ends a proc; ``stop_everything`` ends the
+controller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from .._runtime._runtime import Runtime
+from .._wire import _messages as m
+from ..errors import MeshFailure
+from ._state import api_state
+
+__all__ = ["Tombstone", "on_stop_actor", "stop_cells", "stop_everything", "stop_owned"]
+
+
+class Tombstone:
+    """What stays of a stopped actor: calls to it fail at once."""
+
+    def __init__(self, rt: Runtime, uid: str, reason: str,
+                 failure: MeshFailure | None = None) -> None:
+        self.rt = rt
+        self.uid = uid
+        self.reason = reason
+        self.failure = failure
+
+    def enqueue(self, call: m.Call, frame: list[memoryview]) -> None:
+        """Answer a call with why this actor is gone."""
+        port = call.port
+        if port is not None:
+            if self.failure is not None:
+                msg = f"actor mesh {self.uid} failed: {self.reason}"
+            else:
+                msg = f"actor mesh {self.uid} was stopped ({self.reason})"
+            self.rt.send_reply(port, None, m.SUPERVISION, (msg, self.failure))
+
+    def control(self, fn: Any) -> None:
+        """Nothing runs in a stopped actor."""
+
+
+def on_stop_actor(rt: Runtime, msg: m.StopActor) -> None:
+    uid = msg.uid
+    port = msg.port
+    cell = rt.cells.get(uid)
+    behavior = getattr(cell, "behavior", None)
+    if cell is None or behavior is None:
+        if port is not None:
+            rt.send_reply(port, None, m.OK, None)
+        return
+    rt.cells[uid] = Tombstone(rt, uid, msg.reason)
+    stop_owned(rt, uid)
+
+    def finish() -> Any:
+        result = behavior.cleanup(None)
+        if asyncio.iscoroutine(result):
+            return _then(result, lambda: _acked(rt, port))
+        _acked(rt, port)
+        return None
+
+    cell.control(finish)
+    cell.close()
+
+
+def stop_owned(rt: Runtime, owner_uid: str) -> None:
+    """A mesh never outlives its owner: stop what the actor ``owner_uid`` spawned."""
+    api = api_state(rt)
+    for info in api.proc_meshes.values():
+        st = info.state
+        if info.owner_uid != owner_uid or st.stopped:
+            continue
+        st.stopped = "its owner stopped"
+        st.stopped_ranks.update(range(len(info.addr_list)))
+        by_agent: dict[str, list[str]] = {}
+        for addr, agent in zip(info.addr_list, info.agents):
+            by_agent.setdefault(agent, []).append(addr)
+        for agent, addrs in by_agent.items():
+            rt.send_sys(agent, m.StopProcs(addrs, "its owner stopped", None))
+    for uid, rec in list(api.owned.items()):
+        if rec.owner_uid == owner_uid:
+            for addr in {rec.proc_addrs[g] for g in rec.shape.ranks()}:
+                rt.send_sys(addr, m.StopActor(uid, "its owner stopped", None))
+
+
+async def _then(coro: Any, after: Any) -> None:
+    try:
+        await coro
+    finally:
+        after()
+
+
+def _acked(rt: Runtime, port: tuple[str, int] | None) -> None:
+    if port is not None:
+        rt.send_reply(port, None, m.OK, None)
+
+
+async def stop_cells(rt: Runtime, timeout: float) -> None:
+    """Stop every actor of this runtime (``__cleanup__`` runs), within ``timeout``."""
+    loop = asyncio.get_running_loop()
+    pending: list[asyncio.Future[None]] = []
+    for uid, cell in list(rt.cells.items()):
+        behavior = getattr(cell, "behavior", None)
+        if behavior is None:
+            continue
+        fut: asyncio.Future[None] = loop.create_future()
+        pending.append(fut)
+        rt.cells[uid] = Tombstone(rt, uid, "the proc is stopping")
+        stop_owned(rt, uid)  # a mesh never outlives its owner: its meshes stop first
+
+        def finish(b: Any = behavior, f: asyncio.Future[None] = fut) -> Any:
+            def done() -> None:
+                loop.call_soon_threadsafe(_settle, f)
+
+            result = b.cleanup(None)
+            if asyncio.iscoroutine(result):
+                return _then(result, done)
+            done()
+            return None
+
+        cell.control(finish)
+        cell.close()
+    if pending:
+        await asyncio.wait(pending, timeout=timeout)
+
+
+def _settle(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+async def stop_everything(rt: Runtime, timeout: float) -> None:
+    """Controller shutdown: stop owned proc meshes, local actors, then the host agent."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    by_agent: dict[str, list[str]] = {}
+    for info in api_state(rt).proc_meshes.values():
+        if info.state.stopped:
+            continue
+        info.state.stopped = "shutdown"
+        for addr, agent in zip(info.addr_list, info.agents):
+            by_agent.setdefault(agent, []).append(addr)
+    acked: asyncio.Future[None] = loop.create_future()
+    left = {"n": len(by_agent)}
+
+    def ack(reply: m.Reply, frame: list[memoryview]) -> None:
+        left["n"] -= 1
+        if left["n"] <= 0:
+            _settle(acked)
+
+    port_id = rt.open_port(ack)
+    for agent, addrs in by_agent.items():
+        rt.send_sys(agent, m.StopProcs(addrs, "shutdown", (rt.address, port_id)))
+    if by_agent:
+        try:
+            await asyncio.wait_for(acked, max(0.1, deadline - loop.time()))
+        except asyncio.TimeoutError:
+            pass
+    rt.close_port(port_id)
+    for task in list(rt.background):
+        task.cancel()
+    if rt.background:
+        await asyncio.gather(*rt.background, return_exceptions=True)
+    await stop_cells(rt, max(0.1, deadline - loop.time()))
+    if rt.agent is not None:
+        rt.agent.shutdown()
+    await rt.router.aclose()
