@@ -260,6 +260,8 @@ class SupervisionState:
         self._lost: dict[str, str] = {}  # addr -> reason, while its grace timer runs
         self._unreachable: dict[str, str] = {}  # addr -> reason, after the grace ran out
         self._retired: dict[str, str] = {}  # addr -> stop reason of its stopped proc mesh
+        # meshes spawned elsewhere that this runtime stopped: uid -> rank -> reason (-1: all)
+        self._foreign_stops: dict[str, dict[int, str]] = {}
         self._deliveries: dict[str, _Delivery] = {}
         self._delivered = 0
         self._story = Story(story_size)
@@ -358,7 +360,14 @@ class SupervisionState:
                        else dict(mesh.stopped_ranks))
                  for uid, mesh in self._meshes.items()
                  if mesh.kind == "proc" and (mesh.stopped is not None or mesh.stopped_ranks)}
-        names = {uid: self._meshes[uid].name for uid in {*ranks, *stopped}}
+        for uid, stops in self._foreign_stops.items():  # its kind is not known here: both
+            if _WHOLE in stops:
+                stopped[uid] = say.why_stopped(stops[_WHOLE])
+            ranks[uid] = {rank: say.why_ranks_stopped(reason)
+                          for rank, reason in stops.items() if rank != _WHOLE}
+            spawn[uid] = dict(stops)
+        names = {uid: self._meshes[uid].name if uid in self._meshes else uid
+                 for uid in {*ranks, *stopped}}
         return Verdicts(_freeze(ranks), MappingProxyType(stopped), MappingProxyType(addrs),
                         _freeze(spawn), MappingProxyType(names))
 
@@ -417,7 +426,10 @@ class SupervisionState:
         return []
 
     def _on_mesh_stopped(self, ev: MeshStopped) -> list[Action]:
-        mesh = self._mesh(ev, ev.uid)
+        mesh = self._meshes.get(ev.uid)
+        if mesh is None:  # spawned elsewhere: only new calls from here are refused
+            self._foreign_stops.setdefault(ev.uid, {}).setdefault(_WHOLE, ev.reason)
+            return []
         if mesh.stopped is None:
             mesh.stopped = ev.reason
             if mesh.kind == "proc":
@@ -426,7 +438,12 @@ class SupervisionState:
         return []
 
     def _on_ranks_stopped(self, ev: RanksStopped) -> list[Action]:
-        mesh = self._mesh(ev, ev.uid)
+        mesh = self._meshes.get(ev.uid)
+        if mesh is None:  # spawned elsewhere: only new calls from here are refused
+            stops = self._foreign_stops.setdefault(ev.uid, {})
+            for rank in sorted(ev.ranks):
+                stops.setdefault(rank, ev.reason)
+            return []
         missing = sorted(ev.ranks - mesh.members.keys())
         if missing:
             raise self._invalid(ev, f"mesh {ev.uid!r} has no {say.ranks_text(missing)}")
@@ -767,6 +784,9 @@ _HANDLERS: Final[Mapping[type[Event], Callable[[SupervisionState, Any], list[Act
 }
 """Which handler takes which event; every rule is in one of them or in TRANSITIONS."""
 
+_WHOLE: Final = -1
+"""The rank under which a whole foreign mesh's stop is kept in ``_foreign_stops``."""
+
 _KEEP_VERDICTS: Final = frozenset({CallStarted, CallFinished, SuperviseDone, HookDone})
 """Events that never change a refusal: the published snapshot stays valid across them."""
 
@@ -785,7 +805,8 @@ class Verdicts:
         addrs: proc address -> why a new call to a member there is refused (its proc died,
             is unreachable, or its connection was just lost: new calls do not wait for the
             grace period that pending ones get).
-        spawn_stopped: proc mesh uid -> rank -> why that proc was stopped (no spawn again).
+        spawn_stopped: proc mesh uid -> rank -> why that proc was stopped (no spawn again);
+            rank -1 stands for every rank (a whole mesh spawned elsewhere, stopped here).
         names: mesh uid -> display name, for the messages.
     """
 
@@ -810,13 +831,26 @@ class Verdicts:
             return None
         return "; ".join(say.subject(uid, ranks) + " " + why for why, ranks in whys.items())
 
+    def stopped_ranks(self, uid: str, ranks: Iterable[int]) -> list[int]:
+        """Which of ``ranks`` of proc mesh ``uid`` were stopped (and so are not stopped
+        again)."""
+        gone = self.spawn_stopped.get(uid, {})
+        if _WHOLE in gone:
+            return list(ranks)
+        return [rank for rank in ranks if rank in gone]
+
+    @property
+    def empty(self) -> bool:
+        """Whether nothing at all is refused (a runtime then publishes ``None``)."""
+        return not (self.ranks or self.stopped or self.addrs or self.spawn_stopped)
+
     def spawn_refusal(self, uid: str, name: str,
                       members: Iterable[tuple[int, str]]) -> tuple[str, bool] | None:
         """Why actors cannot be spawned on ``members`` of proc mesh ``uid``, and whether it
         is because the mesh (or those procs) were stopped; None when the spawn may go."""
         members = list(members)
         gone = self.spawn_stopped.get(uid, {})
-        stopped = next((gone[r] for r, _ in members if r in gone), None)
+        stopped = gone.get(_WHOLE) or next((gone[r] for r, _ in members if r in gone), None)
         if stopped is not None:
             return (f"Cannot spawn new actors on proc mesh {name!r} ({uid}): it was stopped "
                     f"({stopped}) and cannot be used again.", True)
