@@ -38,9 +38,12 @@ does, the rest is the handlers below.
    arrives first, which fails them with the real cause and makes the expiry a no-op.
 3. A stopped mesh reports nothing any more. Calls pending on it when it was stopped may still
    be answered; they fail ("the mesh was stopped") when its procs exit or the stop finishes.
-4. A new call (:meth:`SupervisionState.check_call`, and :class:`CallStarted` itself, which
-   fails a call at once rather than let it hang) is refused when its mesh is stopped, one of
-   its ranks failed or exited, or its proc is dead or unreachable. A spawn
+4. A new call (:meth:`SupervisionState.check_call`, the published :class:`Verdicts`, and
+   :class:`CallStarted` itself, which fails a call at once rather than let it hang) is
+   refused when its mesh is stopped, one of its ranks failed, exited or was stopped, or its
+   proc is dead, unreachable or just lost its connection. A mesh spawned elsewhere may be
+   stopped from here too (:class:`MeshStopped`, :class:`RanksStopped` of an unknown uid):
+   then only new calls from here are refused; nothing else is known of it. A spawn
    (:meth:`SupervisionState.check_spawn`) is refused on a stopped proc mesh or one with dead
    or unreachable procs in the slice used. Queries do not change state.
 5. :class:`SuperviseDone` handled: done. Not handled, or ``__supervise__`` raised: the owner
@@ -655,6 +658,16 @@ class SupervisionState:
         reason = self._retired.get(addr)
         return None if reason is None else say.why_proc_mesh_stopped(addr, reason)
 
+    def _foreign_why(self, uid: str, rank: int) -> str | None:
+        """Why a member of a mesh spawned elsewhere counts as stopped from here, or None."""
+        stops = self._foreign_stops.get(uid)
+        if stops is None:
+            return None
+        if _WHOLE in stops:
+            return say.why_stopped(stops[_WHOLE])
+        reason = stops.get(rank)
+        return None if reason is None else say.why_ranks_stopped(reason)
+
     def _addr_trouble(self, addr: str) -> str | None:
         """Why the proc at ``addr`` cannot answer, or None if nothing is known against it."""
         if addr in self._dead:
@@ -670,9 +683,10 @@ class SupervisionState:
         """
         whys: dict[str, list[int]] = {}
         for rank, addr in addrs.items():
-            why = None
             if mesh is not None:
                 why = self._member_why(mesh, rank, addr)
+            else:
+                why = self._foreign_why(uid, rank)
             why = why or self._addr_trouble(addr)
             if why is not None:
                 whys.setdefault(why, []).append(rank)
