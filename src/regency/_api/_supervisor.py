@@ -273,8 +273,9 @@ class Supervisor:
 
     def _fail_calls(self, action: FailCalls) -> None:
         failure = self._fill(action.failure) if action.failure is not None else None
+        with self._lock:  # a stop on another thread may be registering calls
+            self._known_calls.difference_update(action.call_ids)
         for call_id in action.call_ids:
-            self._known_calls.discard(call_id)
             collector = self.rt.collectors.get(call_id)
             if collector is not None:
                 collector.lost(SupervisionError(action.message, failure))
