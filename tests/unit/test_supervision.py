@@ -475,7 +475,7 @@ def test_invalid_transition_keeps_the_actions_of_earlier_events(
         ([ActorFailed("w-1", 5, actor_failure("w-1", 5), cause_id="x")], "has no rank 5"),
         ([ActorFailed("z-1", 0, actor_failure("z-1", 0), cause_id="x")], "'z-1' was not spawned"),
         ([StopFinished("w-1", cause_id="x")], "mesh 'w-1' was never stopped"),
-        ([MeshStopped("z-1", "r", cause_id="x")], "mesh 'z-1' was not spawned here"),
+        ([StopFinished("z-1", cause_id="x")], "mesh 'z-1' was not spawned here"),
         ([GraceExpired("p0", cause_id="x")], "no grace timer was started for p0"),
         ([HookDone("w-1#1", True, cause_id="x")], "no failure 'w-1#1' was given to the root"),
         ([killed("p3"), spawn("v-1", {0: "p3"})], "spawned on dead procs ['p3']"),

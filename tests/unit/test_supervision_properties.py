@@ -9,7 +9,8 @@ lost connections, timer expiries and supervision answers. After every step the t
 (c) at most one delivery per (mesh, rank), and exactly one for each first failure of a member
     of a mesh that was not stopped.
 
-Stops may take a whole mesh (``MeshStopped``) or some of its ranks (``RanksStopped``). At the
+Stops may take a whole mesh (``MeshStopped``) or some of its ranks (``RanksStopped``), of a
+mesh spawned here or elsewhere (then they only refuse new calls and spawns). At the
 end of a run, the published ``Verdicts`` refuse a new call exactly when the model says so,
 which includes a proc whose connection was just lost (new calls do not wait for the grace).
 
@@ -55,7 +56,9 @@ from regency.errors import MeshFailure
 PROFILE = settings(max_examples=100, deadline=None)
 ADDRS = [f"p{i}" for i in range(6)]
 OPS = ["spawn", "spawn_procs", "stop", "stop_ranks", "stop_finished", "call", "call_foreign",
-       "finish", "actor_failed", "proc_exited", "connection_lost", "grace_expired", "answer"]
+       "finish", "actor_failed", "proc_exited", "connection_lost", "grace_expired", "answer",
+       "stop_foreign"]
+FAR = "far"  # a mesh spawned elsewhere: calls to it name their procs, stops are refusals only
 
 
 @dataclasses.dataclass
@@ -121,7 +124,7 @@ def next_event(draw: st.DrawFn, m: Model, step: int) -> Event | None:
         kind: MeshKind = "proc" if op == "spawn_procs" else "actor"
         return MeshSpawned(uid, m.owners[uid], kind, uid, m.meshes[uid], "W", cause_id=cid)
     if op in ("stop", "stop_finished") and m.meshes:
-        pool = sorted(m.meshes) if op == "stop" else sorted(m.stopped)
+        pool = sorted(m.meshes) if op == "stop" else sorted(m.stopped & m.meshes.keys())
         if not pool:
             return None
         uid = draw(st.sampled_from(pool))
@@ -141,6 +144,13 @@ def next_event(draw: st.DrawFn, m: Model, step: int) -> Event | None:
         if uid in m.proc_meshes:
             m.retired.update(m.meshes[uid][r] for r in ranks)
         return RanksStopped(uid, frozenset(ranks), "test", cause_id=cid)
+    if op == "stop_foreign":
+        if draw(st.booleans()):
+            m.stopped.add(FAR)
+            return MeshStopped(FAR, "test", cause_id=cid)
+        ranks = draw(st.sets(st.integers(0, 2), min_size=1))
+        m.stopped_ranks.update((FAR, r) for r in ranks)
+        return RanksStopped(FAR, frozenset(ranks), "test", cause_id=cid)
     if op == "call" and m.meshes:
         uid = draw(st.sampled_from(sorted(m.meshes)))
         ranks = draw(st.sets(st.sampled_from(sorted(m.meshes[uid])), min_size=1))
@@ -151,9 +161,9 @@ def next_event(draw: st.DrawFn, m: Model, step: int) -> Event | None:
     if op == "call_foreign":
         addrs = draw(st.lists(st.sampled_from(ADDRS), min_size=1, max_size=3))
         call_id = m.next_call = m.next_call + 1
-        m.calls[call_id] = ("far", dict(enumerate(addrs)))
+        m.calls[call_id] = (FAR, dict(enumerate(addrs)))
         m.pending.add(call_id)
-        return CallStarted(call_id, "far", frozenset(range(len(addrs))), "ep",
+        return CallStarted(call_id, FAR, frozenset(range(len(addrs))), "ep",
                            addrs=dict(enumerate(addrs)), cause_id=cid)
     if op == "finish" and m.calls:
         call_id = draw(st.sampled_from(sorted(m.calls)))  # possibly already failed
@@ -290,9 +300,11 @@ def test_random_runs_fail_each_doomed_call_once_and_deliver_each_rank_once(
             gone = ((uid, rank) in m.lost_ranks or addr in m.dead or addr in m.unreachable
                     or m.is_stopped(uid, addr, rank) or addr in lost)
             assert (verdicts.call_refusal(uid, [(rank, addr)]) is not None) == gone
-    for addr in ADDRS:  # a mesh spawned elsewhere: only its procs are known
-        bad = addr in m.dead or addr in m.unreachable or addr in lost
-        assert (verdicts.call_refusal("far", [(0, addr)]) is not None) == bad
+    for addr in ADDRS:  # a mesh spawned elsewhere: its procs, and stops made here
+        for rank in range(3):
+            bad = (addr in m.dead or addr in m.unreachable or addr in lost
+                   or m.is_stopped(FAR, addr, rank))
+            assert (verdicts.call_refusal(FAR, [(rank, addr)]) is not None) == bad
     assert state.verdicts() is verdicts  # queries change nothing, and reuse the snapshot
     # Handling the same events in one batch gives the same actions.
     assert plain(SupervisionState().handle(*events)) == plain(actions)
@@ -315,6 +327,12 @@ def test_stopped_members_refuse_spawns_and_calls_but_pending_calls_live_on(
         else:
             assert (refusal is not None) == dead
             assert refusal is None or not refusal[1]
+    # a proc mesh spawned elsewhere and stopped here (its kind is not known): no spawn on it
+    for rank in range(3):
+        refusal = verdicts.spawn_refusal(FAR, FAR, [(rank, "p9")])
+        assert (refusal is not None) == m.is_stopped(FAR, "p9", rank)
+        assert refusal is None or refusal[1]
+        assert verdicts.stopped_ranks(FAR, [rank]) == ([rank] if refusal else [])
     # a stop of some ranks fails nothing pending, and is idempotent
     for uid in sorted(m.meshes):
         ranks = frozenset(m.meshes[uid])

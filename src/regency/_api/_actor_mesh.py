@@ -15,7 +15,7 @@ from .._wire._messages import SYSTEM_ENDPOINT, StopActor
 from ._actor import Actor, EndpointProperty, NotAnEndpoint, endpoints_of, is_async_actor
 from ._endpoint import Endpoint, post_call
 from ._future import Future, completed
-from ._mesh_state import _state, countdown_port
+from ._mesh_state import countdown_port
 from ._process import runtime
 from ._route import Route, tree_for
 from ._state import api_state, supervisor
@@ -85,26 +85,6 @@ class ActorMesh(MeshTrait):
         return ActorMesh(self._uid, self._mesh_name, self._cls, shape, self._proc_addrs,
                          self._full_shape, self._fanout, self._tree)
 
-    def _dead_reason(self, route: Route) -> str | None:
-        rt = runtime()
-        api = api_state(rt)
-        st = api.mesh_state.get(self._uid)
-        if st is not None and st.stopped_ranks:
-            hit = [g for g in route.ranks if g in st.stopped_ranks]
-            if hit:
-                return f"rank(s) {hit} of mesh {self._uid} were stopped ({st.stop_reason})"
-        failed = api.failed_ranks.get(self._uid, {})
-        dead = rt.dead_addrs
-        if not failed and not dead:
-            return None
-        for g in route.ranks:
-            if g in failed:
-                return f"rank {g} of mesh {self._uid} failed: {failed[g].cause}"
-            why = dead.get(self._proc_addrs[g])
-            if why is not None:
-                return f"rank {g} of mesh {self._uid}: {why}"
-        return None
-
     @property
     def initialized(self) -> Future[None]:
         """Resolves when every member has been created (even if its ``__init__`` failed)."""
@@ -120,13 +100,11 @@ class ActorMesh(MeshTrait):
         mesh (outside a stopped slice) keep working.
         """
         rt = runtime()
-        st = _state(self._uid)
-        st.stopped_ranks.update(self._shape_.ranks())
-        st.stop_reason = reason
-        rt.troubles += 1
-        if self._shape_.ranks() == self._full_shape.ranks():
-            supervisor(rt).mesh_stopped(self._uid, reason)
         ranks = self._shape_.ranks()
+        if ranks == self._full_shape.ranks():  # supervision refuses calls to them from now
+            supervisor(rt).mesh_stopped(self._uid, reason)
+        else:
+            supervisor(rt).ranks_stopped(self._uid, frozenset(ranks), reason)
         done = Completion(f"mesh {self._uid} to stop")
         live = [g for g in ranks if self._proc_addrs[g] not in rt.dead_addrs]
         port = countdown_port(len(live), done)  # a dead member has nothing to stop

@@ -4,7 +4,8 @@ Every adverb binds its arguments against the endpoint's signature first (a ``Typ
 names the endpoint), pickles them once in the calling thread, and writes that one frame,
 from the calling thread, to every member of the (sliced) mesh or to the first relays of its
 tree. Replies come back to a port of the caller; the returned ``Future`` is bound to the
-health of the members still pending.
+health of the members still pending. Whether a call may go at all is supervision's
+judgement (``Runtime.verdicts``); the adverb only renders a refusal as ``SupervisionError``.
 """
 
 from __future__ import annotations
@@ -113,10 +114,11 @@ class Endpoint(Generic[R]):
                     f"cannot send {self._label}: {describe_unpicklable(args, kwargs)}"
                 ) from exc
             mesh = self._mesh
-            if rt.troubles:
-                dead = mesh._dead_reason(route)
-                if dead is not None:
-                    raise SupervisionError(f"cannot call {self._label}: {dead}",
+            verdicts = rt.verdicts  # supervision's published judgement; None: nothing refused
+            if verdicts is not None:
+                refusal = verdicts.call_refusal(mesh._uid, zip(route.ranks, route.addrs))
+                if refusal is not None:
+                    raise SupervisionError(f"cannot call {self._label}: {refusal}",
                                            endpoint=self._name)
         except BaseException:
             if isinstance(reply, _Collector):

@@ -1,7 +1,7 @@
 """What an owner hears of its meshes: failures, procs up and exited, lost hosts and peers.
 
-Each handler records what happened and hands the event to this runtime's supervisor, which
-decides (``_supervisor``, ``regency._supervision``).
+Each handler hands what happened to this runtime's supervisor, which alone decides
+(``_supervisor``, ``regency._supervision``).
 """
 
 from __future__ import annotations
@@ -23,8 +23,6 @@ log = logging.getLogger("regency.dispatch")
 def on_actor_failed(rt: Runtime, msg: m.ActorFailed) -> None:
     """A member of a mesh this process owns failed (its report)."""
     failure: MeshFailure = msg.failure
-    api_state(rt).failed_ranks.setdefault(msg.uid, {})[msg.rank] = failure
-    rt.troubles += 1
     sup = supervisor(rt)
     if msg.uid in sup._shapes:
         sup.actor_failed(msg.uid, msg.rank, failure)

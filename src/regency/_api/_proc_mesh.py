@@ -85,9 +85,9 @@ class ProcMesh(MeshTrait):
             inspect.signature(Class.__init__).bind(None, *args, **kwargs)
         except TypeError as exc:
             raise TypeError(f"spawn of {Class.__qualname__}: {exc}") from None
-        self._check_alive()
-        uid = f"{name}-{_token()}"
         rt = runtime()
+        self._check_alive(rt)
+        uid = f"{name}-{_token()}"
         shape = self._shape_
         st = _state(uid, len(shape))
         ack_port = countdown_port(len(shape), st.ready)
@@ -111,33 +111,25 @@ class ProcMesh(MeshTrait):
         mesh = ActorMesh(uid, name, Class, shape, self._proc_addrs, shape, fanout)
         return mesh  # type: ignore[return-value]
 
-    def _check_alive(self) -> None:
-        st = api_state(runtime()).mesh_state.get(self._uid)
-        if st is not None and st.stopped_ranks.intersection(self._shape_.ranks()):
-            raise RuntimeError(f"`ProcMesh` {self._uid} has already been stopped")
-        dead = runtime().dead_addrs
-        bad = [g for g in self._shape_.ranks() if self._proc_addrs[g] in dead]
-        if bad:
-            why = dead[self._proc_addrs[bad[0]]]
-            raise SupervisionError(
-                f"cannot spawn on proc mesh {self._uid}: rank(s) {bad} are dead ({why}); "
-                "spawn on a slice of healthy procs or on a new proc mesh"
-            )
+    def _check_alive(self, rt: Runtime) -> None:
+        """Raise supervision's refusal of a spawn on this (sliced) proc mesh, if any:
+        ``RuntimeError`` when it was stopped, ``SupervisionError`` when procs are dead."""
+        members = [(g, self._proc_addrs[g]) for g in self._shape_.ranks()]
+        refusal = supervisor(rt).spawn_refusal(self._uid, self._mesh_name, members)
+        if refusal is not None:
+            why, stopped = refusal
+            raise RuntimeError(why) if stopped else SupervisionError(why)
 
     def stop(self, reason: str = "stopped by client") -> Future[None]:
         """Stop every proc of the mesh and its actors (``__cleanup__`` runs)."""
         rt = runtime()
-        st = _state(self._uid)
-        ranks = [g for g in self._shape_.ranks() if g not in st.stopped_ranks]
-        if not ranks:
-            return completed(None)
-        st.stopped_ranks.update(ranks)
-        st.stop_reason = reason
         info = api_state(rt).proc_meshes.get(self._uid)
-        if info is not None and len(st.stopped_ranks) == len(info.addr_list):
-            st.stopped = reason
-            supervisor(rt).mesh_stopped(self._uid, reason)
-        rt.troubles += 1
+        size = len(info.addr_list) if info is not None else None
+        ranks = supervisor(rt).procs_stopped(self._uid, self._shape_.ranks(), size, reason)
+        if not ranks:
+            return completed(None)  # stopped already: a second stop is a no-op
+        if info is not None and len(ranks) == size:
+            info.state.stopped = reason  # stopped as a whole: shutdown need not stop it again
         by_agent: dict[str, list[str]] = {}
         for g in ranks:
             by_agent.setdefault(self._host_agents[g], []).append(self._proc_addrs[g])

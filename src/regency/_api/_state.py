@@ -2,7 +2,7 @@
 
 The runtime knows nothing of meshes or supervision; the API layer hangs its books here:
 the supervisor, the state shared by a mesh and its slices, the proc meshes and actor meshes
-this process owns, the failed ranks it has heard of, the root context, the singleton
+this process owns, the root context, the singleton
 controllers (at the root) and the workers it keeps alive with heartbeats.
 """
 
@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from .._mesh import Shape
 from .._runtime._completion import Completion
 from .._runtime._runtime import Runtime
-from ..errors import MeshFailure
 from ._supervisor import Supervisor
 
 if TYPE_CHECKING:  # annotations only: the context layer sits above this one
@@ -30,9 +29,9 @@ class MeshState:
     def __init__(self, n: int) -> None:
         self.ready = Completion("the mesh to start")
         self.waiting = n
-        self.stopped: str | None = None  # proc meshes: the whole mesh was stopped
-        self.stopped_ranks: set[int] = set()  # actor meshes: members stopped so far
-        self.stop_reason = ""
+        # proc meshes: asked to stop as a whole (shutdown does not ask again); supervision,
+        # not this, decides what is refused
+        self.stopped: str | None = None
         if n == 0:
             self.ready.set_result(True)
 
@@ -69,7 +68,6 @@ class ApiState:
     mesh_state: dict[str, MeshState] = field(default_factory=dict)  # mesh uid -> state
     proc_meshes: dict[str, ProcMeshRecord] = field(default_factory=dict)
     owned: dict[str, OwnedMesh] = field(default_factory=dict)  # actor meshes spawned here
-    failed_ranks: dict[str, dict[int, MeshFailure]] = field(default_factory=dict)
     controllers: dict[str, Any] = field(default_factory=dict)  # name -> ActorMesh (root)
     heartbeats: dict[str, float] = field(default_factory=dict)  # worker -> last answer
     heartbeat_task: asyncio.Task[None] | None = None

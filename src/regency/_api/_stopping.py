@@ -14,7 +14,7 @@ from typing import Any
 from .._runtime._runtime import Runtime
 from .._wire import _messages as m
 from ..errors import MeshFailure
-from ._state import api_state
+from ._state import api_state, supervisor
 
 __all__ = ["Tombstone", "on_stop_actor", "stop_cells", "stop_everything", "stop_owned"]
 
@@ -69,12 +69,12 @@ def on_stop_actor(rt: Runtime, msg: m.StopActor) -> None:
 def stop_owned(rt: Runtime, owner_uid: str) -> None:
     """A mesh never outlives its owner: stop what the actor ``owner_uid`` spawned."""
     api = api_state(rt)
-    for info in api.proc_meshes.values():
+    for uid, info in api.proc_meshes.items():
         st = info.state
         if info.owner_uid != owner_uid or st.stopped:
             continue
         st.stopped = "its owner stopped"
-        st.stopped_ranks.update(range(len(info.addr_list)))
+        supervisor(rt).mesh_stopped(uid, "its owner stopped")  # no spawn on it again
         by_agent: dict[str, list[str]] = {}
         for addr, agent in zip(info.addr_list, info.agents):
             by_agent.setdefault(agent, []).append(addr)

@@ -3,7 +3,14 @@
 Events come from the runtime (a mesh spawned or stopped, an actor's failure report, a proc's
 exit status from its host agent, a broken connection, a timer, ``__supervise__`` or the root
 hook returning); actions go back out (fail these calls, start a timer, run ``__supervise__``,
-run the root hook, fail the owner actor, fail fast). Everything here runs on the loop thread.
+run the root hook, fail the owner actor, fail fast). Actions run on the loop thread.
+
+The machine is the one judge of whether a new call or spawn may go. After each batch of
+events the supervisor publishes the machine's :class:`~regency._supervision.Verdicts` as
+``Runtime.verdicts`` (``None`` while nothing is refused), which callers on any thread read
+without a lock. Events of the caller's own doing (a mesh spawned, stopped, or some of its
+ranks stopped) are applied at once on the caller's thread, under a lock that guards only the
+machine, so that a call made right after ``stop()`` on the same thread is refused.
 
 Calls are registered lazily: the hot path of a call does not touch the state machine. Before
 any event that may fail calls, the supervisor registers the calls still pending (and retires
@@ -13,10 +20,10 @@ this is equivalent to registering every call, at no cost while nothing goes wron
 
 from __future__ import annotations
 
-import collections
 import itertools
 import logging
 import sys
+import threading
 import traceback
 from dataclasses import replace
 from typing import Any
@@ -24,6 +31,7 @@ from typing import Any
 from .._mesh import Shape
 from .._runtime._runtime import Runtime
 from .._supervision import (
+    Action,
     ActorFailed,
     CallFinished,
     CallStarted,
@@ -39,6 +47,7 @@ from .._supervision import (
     MeshSpawned,
     MeshStopped,
     ProcExited,
+    RanksStopped,
     RunRootHook,
     StartGraceTimer,
     SuperviseDone,
@@ -65,10 +74,12 @@ class Supervisor:
         self._known_calls: set[int] = set()
         self._shapes: dict[str, Shape] = {}  # owned mesh -> its shape, for coordinates
         self._addrs: dict[str, tuple[str, ...]] = {}  # owned mesh -> proc address per rank
-        self._exits: dict[str, ProcExited] = {}  # exits waiting for their connections to end
+        # dead proc -> its exit and the actions the machine gave for it, held until its
+        # connection has ended (its last replies read) or a bound passed
+        self._held: dict[str, tuple[ProcExited, list[Action]]] = {}
         self._filled_reports: dict[str, str] = {}  # machine's report -> the one with details
         self._in_flight: dict[str, str] = {}  # dead proc -> endpoint it was running
-        self._inbox: collections.deque[Event] = collections.deque()  # from other threads
+        self._lock = threading.RLock()  # guards the machine (and _known_calls) only
         rt.router.close_hooks.append(self.connection_closed)
 
     def _cause(self, what: str) -> str:
@@ -83,53 +94,93 @@ class Supervisor:
         self._addrs[uid] = addrs
         event = MeshSpawned(uid, owner_uid, kind, name, members,  # type: ignore[arg-type]
                             actor_class, cause_id=self._cause("spawn"))
-        self._post(event)
+        self._apply_now(event)
 
     def mesh_stopped(self, uid: str, reason: str) -> None:
-        """An owned mesh was stopped on purpose (any thread)."""
-        self._post(MeshStopped(uid, reason, cause_id=self._cause("stop")))
+        """A mesh was stopped on purpose (any thread): applied before this returns."""
+        self._apply_now(MeshStopped(uid, reason, cause_id=self._cause("stop")))
 
-    def _post(self, event: Event) -> None:
-        """Queue an event from any thread. It is applied before any later trouble, whatever
-        order the loop sees the thread hand-off and socket events in (a failure report can
-        be read before the callback that registers its mesh runs)."""
-        self._inbox.append(event)
-        self.rt.call_soon(self._drain_inbox)
+    def ranks_stopped(self, uid: str, ranks: frozenset[int], reason: str) -> None:
+        """Some members of a mesh were stopped on purpose (any thread): applied at once."""
+        self._apply_now(RanksStopped(uid, ranks, reason, cause_id=self._cause("stop")))
 
-    def _drain_inbox(self) -> None:
-        while self._inbox:
-            event = self._inbox.popleft()
-            if isinstance(event, MeshStopped):
-                self._sync_calls()  # calls sent before the stop may still be answered
-            self.feed(event)
+    def procs_stopped(self, uid: str, ranks: list[int], size: int | None,
+                      reason: str) -> list[int]:
+        """Stop ``ranks`` of proc mesh ``uid`` (``size`` procs in all, when owned here), in
+        the machine, at once; returns those not stopped before, which are to be stopped now.
+        Once every proc of the mesh is stopped, the whole mesh is."""
+        with self._lock:
+            verdicts = self.state.verdicts()
+            before = set(verdicts.stopped_ranks(uid, range(size) if size else ranks))
+            new = [rank for rank in ranks if rank not in before]
+            if not new:
+                return []
+            if size is not None and len(before) + len(new) >= size:
+                self.mesh_stopped(uid, reason)
+            else:
+                self.ranks_stopped(uid, frozenset(new), reason)
+        return new
+
+    def spawn_refusal(self, uid: str, name: str,
+                      members: list[tuple[int, str]]) -> tuple[str, bool] | None:
+        """The machine's answer to a spawn on ``members`` of proc mesh ``uid`` (any thread)."""
+        verdicts = self.rt.verdicts
+        return None if verdicts is None else verdicts.spawn_refusal(uid, name, members)
+
+    def _apply_now(self, event: Event) -> None:
+        """Apply an event of the caller's own doing, on its thread. Before a stop, the calls
+        still pending are registered: sent before it, they may still be answered."""
+        with self._lock:
+            actions = [] if isinstance(event, MeshSpawned) else self._handle(*self._sync_calls())
+            actions += self._handle(event)
+        if actions:  # calls refused when registered: failed on the loop, like every action
+            self.rt.call_soon(self._carry_out, actions)
+
+    def _handle(self, *events: Event) -> list[Action]:
+        """Hand ``events`` to the machine and publish its verdicts (any thread)."""
+        if not events:
+            return []
+        with self._lock:
+            try:
+                actions = self.state.handle(*events)
+            except InvalidTransition as exc:
+                log.error("regency: supervision: %s", exc)
+                actions = list(getattr(exc, "actions", []) or [])
+            verdicts = self.state.verdicts()
+            self.rt.verdicts = None if verdicts.empty else verdicts
+        return actions
 
     def actor_failed(self, uid: str, rank: int, failure: MeshFailure) -> None:
         self.trouble(ActorFailed(uid, rank, failure, cause_id=self._cause("failed")))
 
     def proc_exited(self, msg: wire.ProcExited, drain: bool = True) -> None:
-        """The host agent reaped a proc. Its replies may still be unread on our connection
-        to it (the exit status travels another way), so the exit is applied once that
-        connection has ended, or after a bound."""
+        """The host agent reaped a proc. The machine hears of it at once (new calls are
+        refused from now on), but its replies may still be unread on our connection to it
+        (the exit status travels another way), so what the exit calls for is carried out
+        once that connection has ended, or after a bound."""
         addr = msg.addr
+        if addr in self._held:
+            return  # the same exit, heard twice while its actions wait
         if msg.endpoint:
             self._in_flight[addr] = str(msg.endpoint).rsplit(".", 1)[-1]
         event = ProcExited(addr, msg.cause, bool(msg.expected), msg.pid, msg.host,
                            tuple(msg.last_lines), cause_id=self._cause("exit"))
         if drain and self.rt.router.live_connections(addr):
-            self._exits[addr] = event
-            self.rt.loop.call_later(_DRAIN_BOUND, self._apply_exit, addr)
-        else:
-            self.trouble(event)
+            self._held[addr] = (event, [])
+            self.rt.loop.call_later(_DRAIN_BOUND, self._release, addr)
+        self.trouble(event)
 
     def connection_closed(self, addr: str) -> None:
-        """Some connection with ``addr`` ended; apply a waiting exit once none is left."""
-        if addr in self._exits and not self.rt.router.live_connections(addr):
-            self._apply_exit(addr)
+        """Some connection with ``addr`` ended; carry out a held exit once none is left."""
+        if addr in self._held and not self.rt.router.live_connections(addr):
+            self._release(addr)
 
-    def _apply_exit(self, addr: str) -> None:
-        event = self._exits.pop(addr, None)
-        if event is not None:
-            self.trouble(event)
+    def _release(self, addr: str) -> None:
+        held = self._held.pop(addr, None)
+        if held is not None:
+            event, actions = held
+            self._carry_out(actions)
+            self._release_waiters(addr, f"the proc at {addr} {event.cause}")
 
     def _release_waiters(self, addr: str, why: str) -> None:
         """Waiters that are not calls (e.g. a remote RDMA drop) learn of the death too."""
@@ -139,22 +190,28 @@ class Supervisor:
                 waiter.lost(SupervisionError(f"{waiter.label} failed: {why}"))
 
     def connection_lost(self, addr: str, why: str) -> None:
-        if addr in self._exits:
+        if addr in self._held:
             self.connection_closed(addr)
             return
         self.trouble(ConnectionLost(addr, why, cause_id=self._cause("lost")))
 
     def trouble(self, event: Event) -> None:
         """Register pending calls, then feed ``event`` (loop thread)."""
-        self._drain_inbox()
-        self._sync_calls()
-        self.feed(event)
+        with self._lock:
+            actions = self._handle(*self._sync_calls())
+            actions += self._handle(event)
+        held = self._held.get(getattr(event, "addr", ""))
+        if isinstance(event, ProcExited) and held is not None and held[0] is event:
+            held[1].extend(actions)  # carried out once the proc's replies are read
+            return
+        self._carry_out(actions)
         if isinstance(event, ProcExited):
             self._release_waiters(event.addr, f"the proc at {event.addr} {event.cause}")
         elif isinstance(event, ConnectionLost):
             self._release_waiters(event.addr, event.reason)
 
-    def _sync_calls(self) -> None:
+    def _sync_calls(self) -> list[Event]:
+        """The events that bring the machine's pending calls up to date (under the lock)."""
         collectors = self.rt.collectors
         events: list[Event] = []
         for call_id in list(self._known_calls):
@@ -171,25 +228,24 @@ class Supervisor:
             events.append(CallStarted(call_id, c.uid, frozenset(c.expected), c.endpoint,
                                       addrs, cause_id=self._cause("call")))
             self._known_calls.add(call_id)
-        if events:
-            self.feed(*events)
+        return events
 
     def feed(self, *events: Event) -> None:
-        """Hand events to the state machine and carry out its actions (loop thread).
+        """Hand events to the state machine and carry out its actions (loop thread)."""
+        self._carry_out(self._handle(*events))
+
+    def _carry_out(self, actions: list[Action]) -> None:
+        """Carry out the machine's actions (loop thread).
 
         Root-hook deliveries of one batch (one proc death can fail several meshes) run
         together, actor meshes first, and end in at most one fail-fast report naming them all.
         """
-        try:
-            actions = self.state.handle(*events)
-        except InvalidTransition as exc:
-            log.error("regency: supervision: %s", exc)
-            actions = list(getattr(exc, "actions", []) or [])
         # fill the failures in now, while the calls they name are still pending
         hooks = [(a, self._fill(a.failure)) for a in actions if isinstance(a, RunRootHook)]
         # when one proc death fails several meshes, the actor mesh (with class and endpoint)
         # is delivered first: it is the more useful story
-        actions.sort(key=lambda a: not (isinstance(a, DeliverToOwner) and a.failure.actor_class))
+        actions = sorted(actions, key=lambda a: not (isinstance(a, DeliverToOwner)
+                                                     and a.failure.actor_class))
         for action in actions:
             if isinstance(action, RunRootHook):
                 continue
@@ -217,8 +273,9 @@ class Supervisor:
 
     def _fail_calls(self, action: FailCalls) -> None:
         failure = self._fill(action.failure) if action.failure is not None else None
+        with self._lock:  # a stop on another thread may be registering calls
+            self._known_calls.difference_update(action.call_ids)
         for call_id in action.call_ids:
-            self._known_calls.discard(call_id)
             collector = self.rt.collectors.get(call_id)
             if collector is not None:
                 collector.lost(SupervisionError(action.message, failure))
@@ -308,11 +365,7 @@ class Supervisor:
             done.append(HookDone(action.failure_id, exit_requested, cause_id=self._cause("hook")))
             if exit_requested:
                 fatal_reports.append(failure.report())
-        try:
-            fatal = self.state.handle(*done)
-        except InvalidTransition as exc:
-            log.error("regency: supervision: %s", exc)
-            return
+        fatal = self._handle(*done)
         if any(isinstance(a, FailFast) for a in fatal):
             _failfast.fail_fast(banner("\n\n".join(fatal_reports)), 1)
 

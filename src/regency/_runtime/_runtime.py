@@ -49,6 +49,7 @@ from ._router import Frame, Router
 if TYPE_CHECKING:
     import mmap
 
+    from .._supervision import Verdicts
     from ._host_agent import HostAgent
 
 log = logging.getLogger("regency.runtime")
@@ -102,7 +103,7 @@ class Runtime:
         self.death_listeners: list[Callable[[str], None]] = []
         self.peer_lost_hooks: list[Callable[[str, BaseException | None], None]] = []
         self.dead_addrs: dict[str, str] = {}  # addr -> why it is dead
-        self.troubles = 0  # bumped on any death, failure or stop: callers check only then
+        self.troubles = 0  # bumped on any death: routes then avoid dead procs
         self.collectors: dict[int, Any] = {}  # port -> pending call collector
         self.background: set[asyncio.Task[Any]] = set()  # cancelled at shutdown
         self._port_ids = itertools.count(1)
@@ -122,6 +123,10 @@ class Runtime:
         self.bootstrap_error: str | None = None  # a proc whose bootstrap failed: why
         # -- the layers above: their state, one typed object each (set when they install) ---
         self.api: object = None  # regency._api._state.ApiState (see ``api_state``)
+        # what supervision refuses now (regency._supervision.Verdicts), published by the API
+        # layer's supervisor after each batch of events; None while nothing is refused, so a
+        # call checks nothing then. Read without a lock from any thread.
+        self.verdicts: Verdicts | None = None
         self.data_server: Any = None  # regency._dataplane._server.DataServer, on first use
 
     # -- threads ---------------------------------------------------------------------------

@@ -44,6 +44,7 @@ from regency._supervision._state import (
     RankState,
     SupervisionState,
     SupervisionStatistics,
+    Verdicts,
 )
 from regency._supervision._story import StoryEntry, StoryKey
 
@@ -78,4 +79,5 @@ __all__ = [
     "SupervisionState",
     "SupervisionStatistics",
     "SuperviseDone",
+    "Verdicts",
 ]

@@ -38,9 +38,12 @@ does, the rest is the handlers below.
    arrives first, which fails them with the real cause and makes the expiry a no-op.
 3. A stopped mesh reports nothing any more. Calls pending on it when it was stopped may still
    be answered; they fail ("the mesh was stopped") when its procs exit or the stop finishes.
-4. A new call (:meth:`SupervisionState.check_call`, and :class:`CallStarted` itself, which
-   fails a call at once rather than let it hang) is refused when its mesh is stopped, one of
-   its ranks failed or exited, or its proc is dead or unreachable. A spawn
+4. A new call (:meth:`SupervisionState.check_call`, the published :class:`Verdicts`, and
+   :class:`CallStarted` itself, which fails a call at once rather than let it hang) is
+   refused when its mesh is stopped, one of its ranks failed, exited or was stopped, or its
+   proc is dead, unreachable or just lost its connection. A mesh spawned elsewhere may be
+   stopped from here too (:class:`MeshStopped`, :class:`RanksStopped` of an unknown uid):
+   then only new calls from here are refused; nothing else is known of it. A spawn
    (:meth:`SupervisionState.check_spawn`) is refused on a stopped proc mesh or one with dead
    or unreachable procs in the slice used. Queries do not change state.
 5. :class:`SuperviseDone` handled: done. Not handled, or ``__supervise__`` raised: the owner
@@ -260,6 +263,8 @@ class SupervisionState:
         self._lost: dict[str, str] = {}  # addr -> reason, while its grace timer runs
         self._unreachable: dict[str, str] = {}  # addr -> reason, after the grace ran out
         self._retired: dict[str, str] = {}  # addr -> stop reason of its stopped proc mesh
+        # meshes spawned elsewhere that this runtime stopped: uid -> rank -> reason (-1: all)
+        self._foreign_stops: dict[str, dict[int, str]] = {}
         self._deliveries: dict[str, _Delivery] = {}
         self._delivered = 0
         self._story = Story(story_size)
@@ -358,7 +363,14 @@ class SupervisionState:
                        else dict(mesh.stopped_ranks))
                  for uid, mesh in self._meshes.items()
                  if mesh.kind == "proc" and (mesh.stopped is not None or mesh.stopped_ranks)}
-        names = {uid: self._meshes[uid].name for uid in {*ranks, *stopped}}
+        for uid, stops in self._foreign_stops.items():  # its kind is not known here: both
+            if _WHOLE in stops:
+                stopped[uid] = say.why_stopped(stops[_WHOLE])
+            ranks[uid] = {rank: say.why_ranks_stopped(reason)
+                          for rank, reason in stops.items() if rank != _WHOLE}
+            spawn[uid] = dict(stops)
+        names = {uid: self._meshes[uid].name if uid in self._meshes else uid
+                 for uid in {*ranks, *stopped}}
         return Verdicts(_freeze(ranks), MappingProxyType(stopped), MappingProxyType(addrs),
                         _freeze(spawn), MappingProxyType(names))
 
@@ -417,7 +429,10 @@ class SupervisionState:
         return []
 
     def _on_mesh_stopped(self, ev: MeshStopped) -> list[Action]:
-        mesh = self._mesh(ev, ev.uid)
+        mesh = self._meshes.get(ev.uid)
+        if mesh is None:  # spawned elsewhere: only new calls from here are refused
+            self._foreign_stops.setdefault(ev.uid, {}).setdefault(_WHOLE, ev.reason)
+            return []
         if mesh.stopped is None:
             mesh.stopped = ev.reason
             if mesh.kind == "proc":
@@ -426,7 +441,12 @@ class SupervisionState:
         return []
 
     def _on_ranks_stopped(self, ev: RanksStopped) -> list[Action]:
-        mesh = self._mesh(ev, ev.uid)
+        mesh = self._meshes.get(ev.uid)
+        if mesh is None:  # spawned elsewhere: only new calls from here are refused
+            stops = self._foreign_stops.setdefault(ev.uid, {})
+            for rank in sorted(ev.ranks):
+                stops.setdefault(rank, ev.reason)
+            return []
         missing = sorted(ev.ranks - mesh.members.keys())
         if missing:
             raise self._invalid(ev, f"mesh {ev.uid!r} has no {say.ranks_text(missing)}")
@@ -638,6 +658,16 @@ class SupervisionState:
         reason = self._retired.get(addr)
         return None if reason is None else say.why_proc_mesh_stopped(addr, reason)
 
+    def _foreign_why(self, uid: str, rank: int) -> str | None:
+        """Why a member of a mesh spawned elsewhere counts as stopped from here, or None."""
+        stops = self._foreign_stops.get(uid)
+        if stops is None:
+            return None
+        if _WHOLE in stops:
+            return say.why_stopped(stops[_WHOLE])
+        reason = stops.get(rank)
+        return None if reason is None else say.why_ranks_stopped(reason)
+
     def _addr_trouble(self, addr: str) -> str | None:
         """Why the proc at ``addr`` cannot answer, or None if nothing is known against it."""
         if addr in self._dead:
@@ -653,9 +683,10 @@ class SupervisionState:
         """
         whys: dict[str, list[int]] = {}
         for rank, addr in addrs.items():
-            why = None
             if mesh is not None:
                 why = self._member_why(mesh, rank, addr)
+            else:
+                why = self._foreign_why(uid, rank)
             why = why or self._addr_trouble(addr)
             if why is not None:
                 whys.setdefault(why, []).append(rank)
@@ -767,6 +798,9 @@ _HANDLERS: Final[Mapping[type[Event], Callable[[SupervisionState, Any], list[Act
 }
 """Which handler takes which event; every rule is in one of them or in TRANSITIONS."""
 
+_WHOLE: Final = -1
+"""The rank under which a whole foreign mesh's stop is kept in ``_foreign_stops``."""
+
 _KEEP_VERDICTS: Final = frozenset({CallStarted, CallFinished, SuperviseDone, HookDone})
 """Events that never change a refusal: the published snapshot stays valid across them."""
 
@@ -785,7 +819,8 @@ class Verdicts:
         addrs: proc address -> why a new call to a member there is refused (its proc died,
             is unreachable, or its connection was just lost: new calls do not wait for the
             grace period that pending ones get).
-        spawn_stopped: proc mesh uid -> rank -> why that proc was stopped (no spawn again).
+        spawn_stopped: proc mesh uid -> rank -> why that proc was stopped (no spawn again);
+            rank -1 stands for every rank (a whole mesh spawned elsewhere, stopped here).
         names: mesh uid -> display name, for the messages.
     """
 
@@ -810,13 +845,26 @@ class Verdicts:
             return None
         return "; ".join(say.subject(uid, ranks) + " " + why for why, ranks in whys.items())
 
+    def stopped_ranks(self, uid: str, ranks: Iterable[int]) -> list[int]:
+        """Which of ``ranks`` of proc mesh ``uid`` were stopped (and so are not stopped
+        again)."""
+        gone = self.spawn_stopped.get(uid, {})
+        if _WHOLE in gone:
+            return list(ranks)
+        return [rank for rank in ranks if rank in gone]
+
+    @property
+    def empty(self) -> bool:
+        """Whether nothing at all is refused (a runtime then publishes ``None``)."""
+        return not (self.ranks or self.stopped or self.addrs or self.spawn_stopped)
+
     def spawn_refusal(self, uid: str, name: str,
                       members: Iterable[tuple[int, str]]) -> tuple[str, bool] | None:
         """Why actors cannot be spawned on ``members`` of proc mesh ``uid``, and whether it
         is because the mesh (or those procs) were stopped; None when the spawn may go."""
         members = list(members)
         gone = self.spawn_stopped.get(uid, {})
-        stopped = next((gone[r] for r, _ in members if r in gone), None)
+        stopped = gone.get(_WHOLE) or next((gone[r] for r, _ in members if r in gone), None)
         if stopped is not None:
             return (f"Cannot spawn new actors on proc mesh {name!r} ({uid}): it was stopped "
                     f"({stopped}) and cannot be used again.", True)
