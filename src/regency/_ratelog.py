@@ -35,9 +35,10 @@ class RateLimitedLog:
         # key -> [window start, lines let through in it, lines suppressed not yet reported]
         self._keys: dict[str, list[float]] = {}
 
-    def log(self, level: int, key: str, msg: str, *args: object) -> bool:
+    def log(self, level: int, key: str, msg: str, *args: object,
+            exc_info: bool = False) -> bool:
         """Log ``msg % args`` at ``level`` unless ``key`` is over its budget; returns whether
-        the line was written."""
+        the line was written (with the exception being handled, if ``exc_info``)."""
         now = self._clock()
         with self._lock:
             state = self._keys.get(key)
@@ -59,7 +60,7 @@ class RateLimitedLog:
             state[2] = 0.0
         if suppressed:
             msg = f"{msg} ({suppressed} similar lines suppressed)"
-        self.logger.log(level, msg, *args)
+        self.logger.log(level, msg, *args, exc_info=exc_info)
         return True
 
     def warning(self, key: str, msg: str, *args: object) -> bool:

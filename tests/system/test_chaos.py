@@ -8,7 +8,10 @@ recorded in docs/hardening.md.
 
 from __future__ import annotations
 
+import asyncio
+import pickle
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -19,7 +22,10 @@ from _chaos import SECRET, Worker, env, run_controller
 
 from regency._dataplane import _proto
 from regency._dataplane._sockets import connect as data_connect
+from regency._runtime._router import VERSION
 from regency._runtime._secret import configured_secret
+from regency._transport import connect
+from regency._wire import encode_frame, system_header
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -145,3 +151,92 @@ def test_data_plane_listener_survives_fd_exhaustion(monkeypatch: pytest.MonkeyPa
     finally:
         proc.stdin.close()
         proc.wait(10)
+
+
+def _authenticated(worker: Worker, monkeypatch: pytest.MonkeyPatch) -> socket.socket:
+    """A connection to the worker that passed the handshake (a blocking socket)."""
+    monkeypatch.setenv("REGENCY_SECRET", SECRET)
+    secret = configured_secret()
+    assert secret is not None
+    sock, rest, _ = asyncio.run(connect(worker.address, secret, VERSION, "tcp:127.0.0.1:9"))
+    assert rest == b""
+    sock.setblocking(True)
+    sock.settimeout(30)
+    return sock
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    """Waits (bounded by the socket's timeout) for the peer to close ``sock``."""
+    try:
+        while sock.recv(4096):
+            pass
+    except ConnectionResetError:
+        pass
+    return True
+
+
+def test_huge_declared_frames_do_not_pin_memory(
+    workers: list[Worker], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Authenticated peers that declare 256 MiB frames, send 64 KiB of them and close: the
+    worker commits memory only for the bytes that arrived."""
+    w = Worker()
+    workers.append(w)
+    run_controller(w)  # the worker's memory after serving one controller is the baseline
+    before = w.rss_kib()
+    for _ in range(8):
+        sock = _authenticated(w, monkeypatch)
+        prefix = struct.pack("!2sBxI2Q", b"RG", 1, 2, 16, 256 << 20)
+        sock.sendall(prefix + b"h" * 16 + b"x" * 65536)
+        sock.close()
+    report = run_controller(w)  # the worker read and dropped them before serving this one
+    assert report["ok"]
+    after = w.rss_kib()
+    grown = (after - before) / 1024
+    print(f"\n8 x 256 MiB declared frames: worker RSS {before / 1024:.0f} -> "
+          f"{after / 1024:.0f} MiB")
+    assert grown < 16, f"RSS grew by {grown:.0f} MiB"
+
+
+def test_garbage_after_authentication_closes_only_that_connection(
+    workers: list[Worker], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Undecodable frames from authenticated peers (bad pickle, unknown kind, a system
+    message that does not unpickle): each such connection is closed at its first one; the
+    others live on, and the worker's log stays short."""
+    w = Worker()
+    workers.append(w)
+    good = _authenticated(w, monkeypatch)
+    garbage = [
+        [b"\x80\x05not a pickle"],
+        [pickle.dumps((999, "no such kind"))],
+        [pickle.dumps(("not", "a", "tag"))],
+        [system_header("spawn_procs"), b"\x80\x05garbage payload"],
+    ]
+    start = len(w.lines)
+    t0 = time.monotonic()
+    closed = 0
+    for i in range(60):  # bounded: 60 connections, one garbage frame each
+        sock = _authenticated(w, monkeypatch)
+        sock.sendall(b"".join(bytes(b) for b in encode_frame(garbage[i % len(garbage)])))
+        closed += _closed_by_peer(sock)
+        sock.close()
+    detect_ms = (time.monotonic() - t0) * 1000 / 60
+    good.setblocking(False)
+    try:
+        alive = good.recv(1) != b""
+    except BlockingIOError:
+        alive = True
+    good.close()
+    assert alive, "the well-behaved connection was closed too"
+    report = run_controller(w)
+    assert report["ok"]
+    lines = w.lines[start:]
+    closing = sum("closing connection" in ln for ln in lines)
+    tracebacks = sum("Traceback" in ln for ln in lines)
+    print(f"\n60 garbage connections: each closed in {detect_ms:.1f} ms (handshake "
+          f"included), {closing} closing lines, {len(lines)} worker lines in all")
+    assert closed == 60
+    assert tracebacks == 0
+    assert closing <= 12
+    assert len(lines) < 40

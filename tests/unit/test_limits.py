@@ -104,3 +104,34 @@ def test_rate_limited_log_bounds_its_keys(caplog: pytest.LogCaptureFixture) -> N
         written = sum(rl.warning(f"key{i}", "x") for i in range(1000))
     assert written <= 11
     assert len(rl._keys) <= 11
+
+
+def test_large_receive_buffers_are_committed_as_bytes_arrive() -> None:
+    """A 256 MiB destination costs no resident memory until written, then only the pages
+    written; frames decoded into it are ordinary writable views."""
+    from pathlib import Path
+
+    from regency._transport._buffers import LAZY_BUFFER_BYTES, allocate_buffer
+    from regency._wire import FrameDecoder, encode_frame
+
+    def rss_kib() -> int:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        raise AssertionError("no VmRSS")
+
+    assert isinstance(allocate_buffer(1024), bytearray)
+    before = rss_kib()
+    big = allocate_buffer(256 << 20)
+    assert len(big) == 256 << 20
+    assert rss_kib() - before < 8 * 1024
+    view = memoryview(big)
+    view[: 1 << 20] = b"x" * (1 << 20)
+    assert rss_kib() - before < 16 * 1024
+    del view, big
+    dec = FrameDecoder(allocate=allocate_buffer)
+    payload = bytes(range(256)) * (LAZY_BUFFER_BYTES // 256)
+    for part in encode_frame([b"h", payload]):
+        dec.feed(part)
+    frame = dec.next_frame()
+    assert frame is not None and bytes(frame[1]) == payload and not frame[1].readonly
