@@ -240,3 +240,37 @@ def test_garbage_after_authentication_closes_only_that_connection(
     assert tracebacks == 0
     assert closing <= 12
     assert len(lines) < 40
+
+
+def test_a_wrong_secret_learns_nothing_testable_offline(workers: list[Worker]) -> None:
+    """A client guessing the secret gets the worker's challenge (nonce, version) and then a
+    refusal: no value keyed by the real secret. ``connect`` names the failure."""
+    from regency._wire import ClientHandshake
+    from regency._wire._handshake import AUTH_FAILED, HANDSHAKE
+    from regency.errors import AuthenticationError
+
+    w = Worker()
+    workers.append(w)
+    guess = ClientHandshake(b"winter2026", VERSION, "tcp://evil:1")
+    sock = socket.create_connection((w.host, w.port), timeout=30)
+    sock.sendall(guess.data_to_send())
+    received = bytearray()
+    while not guess.failed:
+        data = sock.recv(4096)
+        if not data:
+            break
+        received += data
+        guess.receive_data(data)
+        sock.sendall(guess.data_to_send())  # its proof, keyed by the guess
+    while data:
+        data = sock.recv(4096)
+        received += data
+    sock.close()
+    version = f"{VERSION}+{HANDSHAKE}".encode()
+    challenge_len = 7 + 32 + 1 + len(version)
+    assert received[4] == 2 and received[challenge_len - len(version):challenge_len] == version
+    rest = bytes(received[challenge_len:])
+    assert rest[4] == 5 and rest.endswith(AUTH_FAILED.encode())  # REJECT, and nothing else
+    assert str(guess.error) == AUTH_FAILED
+    with pytest.raises(AuthenticationError, match="does not know the job secret"):
+        asyncio.run(connect(w.address, b"a wrong key", VERSION, "tcp://x:1"))
