@@ -68,7 +68,7 @@ def test_fd_exhaustion_then_release_accepts_again(workers: list[Worker]) -> None
     assert w.proc.poll() is None
     assert w.count("cannot accept a connection") == 1  # once per episode
     refused = w.count("refused a connection")
-    assert refused <= 5 * 2  # rate-limited: a burst per 10 s, not one per connection
+    assert refused <= 12  # rate-limited: a burst of 10 per 10 s, not one per connection
     print(f"\nfd exhaustion: accepting again {recovered * 1000:.0f} ms after release, "
           f"controller attach {report['attach_s']:.2f} s, call {report['call_s']:.2f} s, "
           f"worker fds now {w.fds()}, {refused} refusal lines for 120 connections")

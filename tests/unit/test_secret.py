@@ -33,7 +33,7 @@ def test_random_key_files_skip_the_slow_kdf(tmp_path: Path, monkeypatch: pytest.
     path.write_bytes(raw)
     monkeypatch.delenv("REGENCY_SECRET", raising=False)
     monkeypatch.setenv("REGENCY_SECRET_FILE", str(path))
-    assert configured_secret() == hashlib.sha256(b"regency-key-v2\0" + raw.strip()).digest()
+    assert configured_secret() == hashlib.sha256(b"regency-key-v2\0" + raw).digest()
     path.write_text("a human password in a file\n")
     assert configured_secret() == derive_key(b"a human password in a file",
                                              b"regency-kdf-v2\0regency")

@@ -34,13 +34,14 @@ def configured_secret() -> bytes | None:
     if text is None and path:
         try:
             with open(path, "rb") as f:
-                raw = f.read().strip()
+                raw = f.read()
         except OSError as exc:
             raise SecretError(f"cannot read REGENCY_SECRET_FILE={path}: {exc}") from exc
+        if high_entropy(raw):  # random bytes, taken whole
+            return hashlib.sha256(b"regency-key-v2\0" + raw).digest()
+        raw = raw.strip()  # text: a trailing newline is not part of the password
         if not raw:
             raise SecretError(f"REGENCY_SECRET_FILE={path} is empty")
-        if high_entropy(raw):
-            return hashlib.sha256(b"regency-key-v2\0" + raw).digest()
         return derive_key(raw, _salt())
     if text is None:
         return None

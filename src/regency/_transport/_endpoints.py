@@ -27,7 +27,7 @@ from ._limits import Admission, Backoff, Failures, transient_accept_error
 from ._tls import TlsSession
 
 log = logging.getLogger("regency.transport")
-refusals = RateLimitedLog(log)  # one key per listener: a flood of refusals logs a few lines
+refusals = RateLimitedLog(log, burst=10)  # per listener: a flood of refusals logs a few lines
 
 HANDSHAKE_TIMEOUT = 10.0
 Accepted = Callable[[socket.socket, str, bytes, "TlsSession | None"], None]
