@@ -49,6 +49,9 @@ _DEFAULTS: dict[str, Any] = {
     "tls_key": "",
     "tls_ca": "",
     "host_lost_timeout": 3.0,
+    "handshake_timeout": 10.0,
+    "handshake_max_pending": 512,
+    "handshake_max_per_source": 64,
 }
 
 _runtime: dict[str, Any] = {}

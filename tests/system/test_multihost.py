@@ -218,7 +218,8 @@ def _attack_main(addr: str, marker_dir: str, good_secret: str) -> int:  # pragma
         s = socket.create_connection((host, int(port)), timeout=5)
         got = b""
         try:
-            vf = bytes([len(VERSION)]) + VERSION.encode()
+            wire = f"{VERSION}+{h.HANDSHAKE}".encode()  # the version as the handshake sends it
+            vf = bytes([len(wire)]) + wire
             s.sendall(h._message(h._HELLO, vf + os.urandom(32) + b"tcp:10.77.0.200:1"))
             while len(got) < 7 or len(got) < 7 + int.from_bytes(got[5:7], "big"):
                 got += s.recv(4096)
@@ -234,7 +235,9 @@ def _attack_main(addr: str, marker_dir: str, good_secret: str) -> int:  # pragma
                 "handshake_error": None}
 
     wrong = hashlib.sha256(b"not-the-secret").digest()
-    good = hashlib.sha256(good_secret.encode()).digest()
+    from regency._runtime._secret import _salt, derive_key
+
+    good = derive_key(good_secret.encode(), _salt())
     results = [
         session("garbage", b"GET / HTTP/1.0\r\n\r\n", None),
         session("raw_frame", b"", None),

@@ -15,10 +15,11 @@ from regency._wire import (
     ServerHandshake,
     new_secret,
 )
-from regency._wire._handshake import AUTH_FAILED, MAX_MESSAGE_BYTES
+from regency._wire._handshake import AUTH_FAILED, HANDSHAKE, MAX_MESSAGE_BYTES
 
 SECRET = b"s" * 32
 VERSION = "0.1.0"
+WIRE = f"{VERSION}+{HANDSHAKE}"  # what a side announces: the version and the revision
 
 
 def pair(
@@ -67,7 +68,7 @@ def test_successful_exchange(chunk):
         assert side.done
         assert not side.failed
         assert side.error is None
-        assert side.peer_version == VERSION
+        assert side.peer_version == WIRE
     assert server.peer_identity == "tcp://10.0.0.7:4321"
     assert client.peer_identity is None
     assert client.unused_data() == b""
@@ -122,10 +123,12 @@ def test_version_mismatch_names_both_versions(chunk):
     client, server = pair(client_version="0.1.0", server_version="0.2.0")
     pump(client, server, chunk)
     assert server.failed and client.failed
-    assert str(server.error) == "version mismatch: peer speaks regency 0.1.0, this side 0.2.0"
-    assert str(client.error) == "version mismatch: peer speaks regency 0.2.0, this side 0.1.0"
-    assert server.peer_version == "0.1.0"
-    assert client.peer_version == "0.2.0"
+    assert str(server.error) == ("version mismatch: peer speaks regency 0.1.0+hs2, this side "
+                                 "0.2.0+hs2")
+    assert str(client.error) == ("version mismatch: peer speaks regency 0.2.0+hs2, this side "
+                                 "0.1.0+hs2")
+    assert server.peer_version == "0.1.0+hs2"
+    assert client.peer_version == "0.2.0+hs2"
 
 
 @pytest.mark.parametrize(
@@ -277,11 +280,15 @@ def challenge(body: bytes) -> bytes:
 @pytest.mark.parametrize(
     ("message", "needle"),
     [
-        (challenge(b"n" * 64 + b"\x05" + b"0.9.0"), "peer speaks regency 0.9.0, this side 0.1.0"),
-        (challenge(b"n" * 64 + b"\x02" + b"\xff\xfe"), "not UTF-8"),
-        (challenge(b"n" * 64 + b"\x09" + b"0.1.0"), "malformed"),
+        (challenge(b"n" * 32 + b"\x05" + b"0.9.0"),
+         "peer speaks regency 0.9.0, this side 0.1.0+hs2"),
+        (challenge(b"n" * 32 + b"\x02" + b"\xff\xfe"), "not UTF-8"),
+        (challenge(b"n" * 32 + b"\x09" + b"0.1.0"), "malformed"),
         (challenge(b"n" * 10), "malformed"),
-        (challenge(b"n" * 64 + b"\x05" + b"0.1.0"), AUTH_FAILED),
+        (challenge(b"n" * 32 + b"\x09" + b"0.1.0+hs2") + header(4, 32) + b"\0" * 32,
+         AUTH_FAILED),
+        (challenge(b"n" * 32 + b"\x09" + b"0.1.0+hs2") + header(4, 31) + b"\0" * 31,
+         "malformed handshake OK"),
         (header(5, 1) + b"\x01", "malformed handshake REJECT"),
     ],
 )
@@ -296,10 +303,10 @@ def test_bad_challenge_fails_the_client(message, needle):
 def test_client_side_version_refusal_reaches_the_server():
     client, server = pair()
     server.receive_data(client.data_to_send())
-    client.receive_data(challenge(b"n" * 64 + b"\x05" + b"0.9.0"))
+    client.receive_data(challenge(b"n" * 32 + b"\x05" + b"0.9.0"))
     server.receive_data(client.data_to_send())
     assert server.failed
-    assert str(server.error) == "version mismatch: peer speaks regency 0.1.0, this side 0.1.0"
+    assert str(server.error) == f"version mismatch: peer speaks regency {WIRE}, this side {WIRE}"
 
 
 def test_malformed_ok_fails_the_client():
@@ -336,3 +343,69 @@ def test_reading_only_the_bytes_needed_never_takes_what_follows(trailer, identit
     _read_needed(stream, client)
     assert client.done and stream == trailer
     assert client.unused_data() == b"" and server.unused_data() == b""
+
+
+# -- issue 19: nothing testable offline reaches a peer that has not proved itself ----------
+
+def _hmac_candidates(key: bytes, data: bytes) -> set[bytes]:
+    """Every HMAC-SHA256 under ``key`` of every contiguous slice of ``data`` (a superset of
+    anything a server could have sent that an offline guess could be checked against)."""
+    import hmac as _hmac
+
+    out = set()
+    for i in range(len(data)):
+        for j in range(i, len(data) + 1):
+            out.add(_hmac.digest(key, data[i:j], "sha256"))
+    return out
+
+
+def test_a_client_without_the_secret_receives_nothing_keyed_by_it():
+    """What a server sends before the client's proof checks out is only the challenge: its
+    nonce and version. The client gets no 32-byte value derived from the key (unlike the
+    first revision, where the CHALLENGE carried the server's HMAC)."""
+    server = ServerHandshake(SECRET, VERSION)
+    attacker = ClientHandshake(b"a wrong guess", VERSION, "tcp://evil:1")
+    received = bytearray()
+    server.receive_data(attacker.data_to_send())
+    out = server.data_to_send()
+    received += out
+    assert out[4] == 2  # CHALLENGE
+    assert len(out) == 7 + 32 + 1 + len(WIRE)  # header, nonce, version: no MAC in it
+    attacker.receive_data(out)
+    server.receive_data(attacker.data_to_send())  # a wrong proof
+    out = server.data_to_send()
+    received += out
+    assert server.failed and out[4] == 5  # REJECT: code, version, reason text
+    assert out.endswith(AUTH_FAILED.encode())
+    macs = _hmac_candidates(SECRET, bytes(received[:80]))
+    for i in range(len(received) - 31):
+        assert bytes(received[i : i + 32]) not in macs
+
+
+def test_the_server_proves_itself_only_after_the_client_did():
+    client, server = pair()
+    server.receive_data(client.data_to_send())
+    challenge_bytes = server.data_to_send()
+    assert not server.done and challenge_bytes[4] == 2
+    client.receive_data(challenge_bytes)
+    assert not client.done  # it proved itself, and waits for the server's proof
+    server.receive_data(client.data_to_send())
+    assert server.done
+    client.receive_data(server.data_to_send())
+    assert client.done
+
+
+def test_a_server_that_does_not_know_the_secret_fails_the_client():
+    client, server = pair(server_secret=new_secret())
+    pump(client, server)
+    assert client.failed and server.failed
+    assert str(client.error) == AUTH_FAILED
+
+
+def test_an_earlier_revision_is_refused_as_a_version_mismatch():
+    """A peer of the first revision announces its bare version: it is told, clearly."""
+    server = ServerHandshake(SECRET, VERSION)
+    body = bytes([len(VERSION)]) + VERSION.encode() + b"n" * 32 + b"me"
+    server.receive_data(header(1, len(body)) + body)
+    assert server.failed
+    assert str(server.error) == f"version mismatch: peer speaks regency {VERSION}, this side {WIRE}"

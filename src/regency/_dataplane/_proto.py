@@ -20,7 +20,7 @@ import struct
 
 __all__ = ["CHECK", "DROPPED", "ERROR", "OK", "READ", "REPLY", "REQUEST", "VERSION", "WRITE"]
 
-VERSION = "regency-data-1"
+VERSION = "regency-data-2"  # 2: the client-proves-first handshake (ADR 0016)
 MAGIC = b"RGDP"
 READ, WRITE, CHECK = 1, 2, 3
 OK, DROPPED, ERROR = 0, 1, 2

@@ -17,7 +17,11 @@ import os
 import secrets
 import socket
 import threading
+import time
 
+from .. import config
+from .._ratelog import RateLimitedLog
+from .._transport._limits import Admission, Backoff, Failures, transient_accept_error
 from .._wire import ServerHandshake
 from . import _cuda
 from . import _proto as p
@@ -26,6 +30,7 @@ from ._registry import Registry
 from ._sockets import handshake, listen, recv_exact, recv_into_exact
 
 log = logging.getLogger("regency.dataplane")
+refusals = RateLimitedLog(log)
 
 __all__ = ["DataServer"]
 
@@ -41,6 +46,12 @@ class DataServer:
         self.pid = os.getpid()
         self._listeners: list[socket.socket] = []
         self.closed = False
+        # the same limits as control listeners (ADR 0016): connections still in their
+        # handshake are bounded (the oldest shut down to make room), failures slow down
+        self.admission: Admission[socket.socket] = Admission(
+            int(config.get("handshake_max_pending")), int(config.get("handshake_max_per_source")))
+        self.failures = Failures()
+        self.timeout = float(config.get("handshake_timeout"))
         token = secrets.token_hex(4)
         self.unix: str | None = None
         try:
@@ -68,19 +79,52 @@ class DataServer:
                          name="regency-data-accept").start()
 
     def _accept_loop(self, lsock: socket.socket) -> None:
+        backoff = Backoff()
         while not self.closed:
             try:
-                conn, _ = lsock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True,
-                             name="regency-data-conn").start()
+                conn, peer = lsock.accept()
+            except OSError as exc:
+                if self.closed or not transient_accept_error(exc):
+                    if not self.closed:
+                        log.error("regency: the data-plane listener stops accepting: %s", exc)
+                    return
+                if not backoff.in_episode:
+                    log.warning("regency: the data-plane listener cannot accept a connection "
+                                "(%s); retrying with a pause of up to %.0f s", exc, backoff.cap)
+                time.sleep(backoff.next())
+                continue
+            if backoff.in_episode:
+                log.warning("regency: the data-plane listener accepts again (%d failed "
+                            "accepts)", backoff.failures)
+                backoff.reset()
+            source = peer[0] if conn.family in (socket.AF_INET, socket.AF_INET6) else None
+            for old in self.admission.admit(conn, source):
+                refusals.warning("evict", "regency: too many data connections in their "
+                                 "handshake (from %s): closing the oldest", source or "this host")
+                try:
+                    old.shutdown(socket.SHUT_RDWR)  # its thread sees the end and closes it
+                except OSError:
+                    pass
+            try:
+                threading.Thread(target=self._serve, args=(conn, source), daemon=True,
+                                 name="regency-data-conn").start()
+            except RuntimeError:  # no thread to be had: this connection is refused
+                self.admission.done(conn)
+                conn.close()
 
-    def _serve(self, conn: socket.socket) -> None:
+    def _serve(self, conn: socket.socket, source: str | None = None) -> None:
         try:
             if conn.family != socket.AF_UNIX:
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            handshake(conn, ServerHandshake(self.secret, p.VERSION))
+            try:
+                handshake(conn, ServerHandshake(self.secret, p.VERSION), self.timeout,
+                          penalty=lambda: self.failures.penalty(source))
+            except Exception as exc:
+                refusals.warning("refused", "regency: refused a data connection from %s: %s",
+                                 source or "this host", exc)
+                return
+            finally:
+                self.admission.done(conn)
             while self._one_request(conn):
                 pass
         except Exception as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable
 
 from .._transport import Address
 from .._transport._endpoints import bind_listening
@@ -43,14 +44,19 @@ def listen(address: str) -> tuple[socket.socket, str]:
     return bind_listening(_new(addr), addr, 128)
 
 
-def handshake(sock: socket.socket, hs: ClientHandshake | ServerHandshake) -> None:
+def handshake(sock: socket.socket, hs: ClientHandshake | ServerHandshake,
+              timeout: float = HANDSHAKE_TIMEOUT,
+              penalty: Callable[[], float] | None = None) -> None:
     """Run the HMAC handshake on a blocking socket.
+
+    ``penalty`` (accepting side) says how long to wait, when it fails, before the refusal
+    is sent (within the deadline).
 
     Raises:
         AuthenticationError: the peer failed it.
         ConnectionError / TimeoutError: the peer went away or took too long.
     """
-    deadline = time.monotonic() + HANDSHAKE_TIMEOUT
+    deadline = time.monotonic() + timeout
     saved = sock.gettimeout()
     try:
         out = hs.data_to_send()
@@ -63,6 +69,8 @@ def handshake(sock: socket.socket, hs: ClientHandshake | ServerHandshake) -> Non
                 raise ConnectionResetError("peer closed the data connection in the handshake")
             hs.receive_data(data)
             out = hs.data_to_send()
+            if hs.failed and penalty is not None:
+                time.sleep(max(0.0, min(penalty(), deadline - time.monotonic())))
             if out:
                 sock.sendall(out)
     except TimeoutError:

@@ -6,6 +6,10 @@ messages of the same size tend to repeat (weights, batches, echoes), so the deco
 large destination buffers from here: a buffer whose only reference is the pool's is handed
 out again instead of allocating a new one. The pool is bounded in bytes; the oldest free
 buffers are dropped first.
+
+A new buffer of ``LAZY_BUFFER_BYTES`` or more is lazily committed memory (an anonymous
+``mmap``, see ``regency._transport._buffers``): a peer that declares a huge buffer and
+never sends it does not make this process zero, and keep, that much memory (issue 19).
 """
 
 from __future__ import annotations
@@ -13,18 +17,21 @@ from __future__ import annotations
 import sys
 import threading
 
+from .._transport._buffers import allocate_buffer
+from .._wire import Destination
+
 MIN_POOLED = 1 << 20
 
 
 class BufferPool:
-    """Reusable ``bytearray`` s keyed by exact size."""
+    """Reusable receive buffers keyed by exact size."""
 
     def __init__(self, capacity_bytes: int = 1 << 30) -> None:
         self.capacity = capacity_bytes
-        self._buffers: list[bytearray] = []
+        self._buffers: list[Destination] = []
         self._lock = threading.Lock()
 
-    def allocate(self, size: int) -> bytearray:
+    def allocate(self, size: int) -> Destination:
         """A buffer of exactly ``size`` bytes (contents undefined)."""
         if size < MIN_POOLED:
             return bytearray(size)
@@ -36,7 +43,7 @@ class BufferPool:
                     buf = buffers.pop(i)
                     buffers.append(buf)  # most recently used last
                     return buf
-            buf = bytearray(size)
+            buf = allocate_buffer(size)
             self._buffers.append(buf)
             self._trim()
             return buf

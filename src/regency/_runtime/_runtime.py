@@ -30,7 +30,16 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import config
-from .._wire import Inbound, decode_header, decode_inbound, encode_reply, system_header
+from .._ratelog import RateLimitedLog
+from .._transport import Connection
+from .._wire import (
+    Inbound,
+    ProtocolError,
+    decode_header,
+    decode_inbound,
+    encode_reply,
+    system_header,
+)
 from .._wire._messages import (
     OK,
     RAW_ERROR,
@@ -53,6 +62,7 @@ if TYPE_CHECKING:
     from ._host_agent import HostAgent
 
 log = logging.getLogger("regency.runtime")
+_rate_log = RateLimitedLog(log)  # lines a peer can cause: a few per key per 10 s
 
 PortHandler = Callable[[Reply, list[memoryview]], None]
 SysHandler = Callable[[Any], None]
@@ -281,15 +291,33 @@ class Runtime:
     def _on_sys(self, kind: str, frame: list[memoryview]) -> None:
         handler = self._sys_handlers.get(kind)
         if handler is None:
-            log.warning("regency: no handler for system message %r", kind)
+            _rate_log.warning("no-handler", "regency: no handler for system message %r", kind)
             return
         try:
+            if len(frame) < 2:
+                raise ValueError("no payload")
             msg = loads(frame[1], frame[2:])
             if not isinstance(msg, SYSTEM_KINDS[kind]):
                 raise TypeError(f"a {kind!r} system message carried {type(msg).__name__}")
+        except Exception as exc:  # undecodable: the peer is broken or hostile (issue 19)
+            self._undecodable(kind, exc)
+            return
+        try:
             handler(msg)
         except Exception:  # a bad message must never take the connection or proc down
-            log.exception("regency: error handling system message %r", kind)
+            _rate_log.log(logging.ERROR, f"sys:{kind}", "regency: error handling system "
+                          "message %r", kind, exc_info=True)
+
+    def _undecodable(self, kind: str, exc: Exception) -> None:
+        """A system message whose payload cannot be decoded: close the connection it came
+        on (one rate-limited line, by the connection), or log it if it came another way."""
+        source = self.router.read_here.source if self.on_loop() else None
+        error = ProtocolError(f"undecodable {kind!r} system message: "
+                              f"{type(exc).__name__}: {exc}")
+        if isinstance(source, Connection) and not source.closed:
+            source.fail(error)
+        else:
+            _rate_log.warning("undecodable", "regency: dropping an %s", error)
 
     def _hold(self, call: Call, frame: list[memoryview]) -> None:
         """Keep a message for an actor that is not spawned here yet."""

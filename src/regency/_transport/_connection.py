@@ -36,14 +36,18 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
+from .._ratelog import RateLimitedLog
+from .._wire import Destination
 from . import _shm
 from ._borrowing import Borrowing, Take
+from ._buffers import allocate_buffer
 from ._poller import Poller, Waker
 from ._reader import End, Reader
 from ._tls import TlsSession
 from ._writer import Writer
 
 log = logging.getLogger("regency.transport")
+closings = RateLimitedLog(log)  # a flood of bad frames on many connections: a few lines
 
 FrameHandler = Callable[["Connection", Any], None]  # gets what ``decode`` made of a frame
 CloseHandler = Callable[["Connection", BaseException | None], None]
@@ -62,7 +66,7 @@ class Connection:
         peer_identity: str | None = None,
         label: str = "?",
         leftover: bytes = b"",
-        allocate: Callable[[int], bytearray] = bytearray,
+        allocate: Callable[[int], Destination] = allocate_buffer,
         tls: TlsSession | None = None,
         shm_min_bytes: int = 0,
         shm_pool: _shm.SegmentPool | None = None,
@@ -285,8 +289,14 @@ class Connection:
         """Close the connection (loop thread); ``on_close`` follows."""
         self._lost(None)
 
+    def fail(self, exc: BaseException) -> None:
+        """Close the connection for ``exc`` (a frame that cannot be decoded, say), with one
+        log line (loop thread)."""
+        self._fail(exc)
+
     def _fail(self, exc: BaseException) -> None:
-        log.warning("regency: closing connection to %s: %s", self.label, exc)
+        closings.warning(type(exc).__name__, "regency: closing connection to %s: %s",
+                         self.label, exc)
         self.error = exc
         self._lost(exc)
 

@@ -1,7 +1,12 @@
 """Listening, connecting and the handshake, by address scheme (unix or tcp).
 
-Every accepted socket must complete the mutual HMAC handshake within a deadline and a few
-KiB before a ``Connection`` is made for it; a refused peer is logged in one line and closed.
+Every accepted socket must complete the mutual HMAC handshake within a deadline
+(``handshake_timeout``) and a few KiB before a ``Connection`` is made for it; a refused peer
+is logged in one (rate-limited) line and closed. The listener never stops accepting for want
+of resources: EMFILE, ENFILE, ENOMEM and ENOBUFS pause it (10 ms doubling to 1 s, one log
+line per episode), and the connections still in their handshake are bounded overall and per
+source address (``handshake_max_pending``, ``handshake_max_per_source``; the oldest is closed
+to make room). See ``_limits`` and ADR 0016.
 """
 
 from __future__ import annotations
@@ -10,15 +15,19 @@ import asyncio
 import logging
 import socket
 import ssl
+import time
 from collections.abc import Callable
 
 from .. import config
+from .._ratelog import RateLimitedLog
 from .._wire import ClientHandshake, ServerHandshake
 from ..errors import AuthenticationError
 from ._address import Address
+from ._limits import Admission, Backoff, Failures, transient_accept_error
 from ._tls import TlsSession
 
 log = logging.getLogger("regency.transport")
+refusals = RateLimitedLog(log, burst=10)  # per listener: a flood of refusals logs a few lines
 
 HANDSHAKE_TIMEOUT = 10.0
 Accepted = Callable[[socket.socket, str, bytes, "TlsSession | None"], None]
@@ -46,8 +55,12 @@ def _new_socket(addr: Address) -> socket.socket:
 
 
 async def handshake(sock: socket.socket, hs: ClientHandshake | ServerHandshake,
-                    timeout: float = HANDSHAKE_TIMEOUT, tls: TlsSession | None = None) -> bytes:
+                    timeout: float = HANDSHAKE_TIMEOUT, tls: TlsSession | None = None,
+                    penalty: Callable[[], float] | None = None) -> bytes:
     """Run a handshake over ``sock``; returns bytes that followed it.
+
+    ``penalty`` (on the accepting side) is asked, when the handshake fails, how long to
+    wait before the refusal is sent (within the deadline): it slows down online guessing.
 
     Raises:
         AuthenticationError: the peer failed to authenticate (or speaks another version).
@@ -76,6 +89,10 @@ async def handshake(sock: socket.socket, hs: ClientHandshake | ServerHandshake,
             raise ConnectionResetError("peer closed the connection during the handshake")
         hs.receive_data(tls.decrypt(data) if tls else data)
         out = hs.data_to_send()
+        if hs.failed and penalty is not None:
+            wait = min(penalty(), deadline - loop.time())
+            if wait > 0:
+                await asyncio.sleep(wait)
         if out:
             try:
                 await loop.sock_sendall(sock, tls.encrypt(out) if tls else out)
@@ -111,8 +128,14 @@ class Listener:
         self.sock: socket.socket | None = None
         self.address = ""
         self._task: asyncio.Task[None] | None = None
-        self._pending: set[asyncio.Task[None]] = set()
+        self._pending: dict[asyncio.Task[None], socket.socket] = {}
         self._tls = tls  # the server-side context, for tcp connections
+        self.timeout = float(config.get("handshake_timeout"))
+        self.admission: Admission[asyncio.Task[None]] = Admission(
+            int(config.get("handshake_max_pending")), int(config.get("handshake_max_per_source")))
+        self.failures = Failures()
+        self.backoff = Backoff()
+        self.accepted = 0  # connections taken from the backlog (authenticated or not)
 
     async def start(self, address: str) -> str:
         """Bind and start accepting; returns the bound address."""
@@ -124,27 +147,64 @@ class Listener:
     async def _accept_loop(self) -> None:
         loop = asyncio.get_running_loop()
         assert self.sock is not None
+        backoff = self.backoff
         while True:
             try:
-                conn, _ = await loop.sock_accept(self.sock)
-            except (OSError, asyncio.CancelledError):
+                conn, peer = await loop.sock_accept(self.sock)
+            except asyncio.CancelledError:
                 return
-            conn.setblocking(False)
-            if conn.family != socket.AF_UNIX:
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            task = loop.create_task(self._authenticate(conn))
-            self._pending.add(task)
-            task.add_done_callback(self._pending.discard)
+            except OSError as exc:
+                if self.sock.fileno() < 0:
+                    return  # closed
+                if not transient_accept_error(exc):
+                    log.error("regency: %s stops accepting: %s", self.address, exc)
+                    return
+                if not backoff.in_episode:
+                    log.warning("regency: %s cannot accept a connection (%s); retrying with "
+                                "a pause of up to %.0f s", self.address, exc, backoff.cap)
+                await asyncio.sleep(backoff.next())
+                continue
+            if backoff.in_episode:
+                assert backoff.since is not None
+                log.warning("regency: %s accepts again after %.0f ms (%d failed accepts)",
+                            self.address, 1000 * (time.monotonic() - backoff.since),
+                            backoff.failures)
+                backoff.reset()
+            self.accepted += 1
+            try:
+                conn.setblocking(False)
+                if conn.family != socket.AF_UNIX:
+                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                conn.close()
+                continue
+            source = peer[0] if conn.family in (socket.AF_INET, socket.AF_INET6) else None
+            task = loop.create_task(self._authenticate(conn, source))
+            self._pending[task] = conn
+            task.add_done_callback(self._handshake_over)
+            for old in self.admission.admit(task, source):
+                refusals.warning(self.address, "regency: %s has too many connections in their "
+                                 "handshake (from %s): closing the oldest", self.address,
+                                 source or "this host")
+                old.cancel()
 
-    async def _authenticate(self, conn: socket.socket) -> None:
+    def _handshake_over(self, task: asyncio.Task[None]) -> None:
+        self.admission.done(task)
+        conn = self._pending.pop(task, None)
+        if conn is not None and task.cancelled():
+            conn.close()
+
+    async def _authenticate(self, conn: socket.socket, source: str | None) -> None:
         hs = ServerHandshake(self.secret, self.version)
         use_tls = self._tls is not None and conn.family != socket.AF_UNIX
         tls = TlsSession(self._tls, server_side=True) if use_tls and self._tls else None
         try:
-            rest = await handshake(conn, hs, tls=tls)
+            rest = await handshake(conn, hs, self.timeout, tls=tls,
+                                   penalty=lambda: self.failures.penalty(source))
         except (AuthenticationError, OSError, TimeoutError, asyncio.TimeoutError,
                 ssl.SSLError) as exc:
-            log.warning("regency: refused a connection to %s: %s", self.address, exc)
+            refusals.warning(self.address, "regency: refused a connection to %s from %s: %s",
+                             self.address, source or "this host", exc)
             conn.close()
             return
         self.on_accepted(conn, hs.peer_identity or "?", rest, tls)
@@ -155,7 +215,7 @@ class Listener:
 
     def close(self) -> None:
         """Stop accepting."""
-        for task in self._pending:
+        for task in list(self._pending):
             task.cancel()
         if self._task is not None:
             self._task.cancel()

@@ -21,8 +21,9 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from .._wire import Attachment, FrameDecoder, ProtocolError
+from .._wire import Attachment, Destination, FrameDecoder, ProtocolError
 from . import _shm
+from ._buffers import allocate_buffer
 from ._tls import TlsSession
 
 __all__ = ["End", "Reader", "Sink"]
@@ -53,7 +54,7 @@ class Reader:
     __slots__ = ("_decode", "_lending", "_owner", "_recv_into", "decoder", "sock")
 
     def __init__(self, sock: socket.socket, owner: Owner,
-                 allocate: Callable[[int], bytearray] = bytearray,
+                 allocate: Callable[[int], Destination] = allocate_buffer,
                  lending: _shm.Lending | None = None, decode: Decode | None = None) -> None:
         """``lending`` is given for a Unix connection (no TLS): the only kind whose frames
         may carry attachments and control frames, and whose stream carries descriptors.

@@ -18,7 +18,14 @@ from ._envelope import (
     system_header,
 )
 from ._errors import HandshakeError, ProtocolError
-from ._frames import ATTACHMENT, PROTOCOL_VERSION, Attachment, FrameDecoder, encode_frame
+from ._frames import (
+    ATTACHMENT,
+    PROTOCOL_VERSION,
+    Attachment,
+    Destination,
+    FrameDecoder,
+    encode_frame,
+)
 from ._handshake import ClientHandshake, ServerHandshake, new_secret
 
 __all__ = [
@@ -26,6 +33,7 @@ __all__ = [
     "PROTOCOL_VERSION",
     "Attachment",
     "ClientHandshake",
+    "Destination",
     "FrameDecoder",
     "HandshakeError",
     "Inbound",

@@ -35,7 +35,7 @@ import struct
 from collections import deque
 from collections.abc import Callable, Sequence
 from pickle import PickleBuffer
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from ._errors import ProtocolError
 
@@ -48,6 +48,7 @@ __all__ = [
     "SCRATCH_BYTES",
     "Attachment",
     "FrameDecoder",
+    "Destination",
     "encode_frame",
 ]
 
@@ -77,6 +78,10 @@ _ENCODERS = {n: struct.Struct(f"!2sBxI{n}Q") for n in range(1, _CACHED_COUNTS + 
 _DECODERS = {n: struct.Struct(f"!{n}Q") for n in range(1, _CACHED_COUNTS + 1)}
 
 BufferLike: TypeAlias = "bytes | bytearray | memoryview"
+#: What a decoder receives a large buffer into: any writable, contiguous buffer of exactly
+#: the size asked for (a ``bytearray``; the transport also uses lazily committed anonymous
+#: ``mmap`` s). Typed loosely: the buffer protocol has no static type before Python 3.12.
+Destination: TypeAlias = Any
 
 
 def _byte_view(buf: BufferLike) -> memoryview:
@@ -144,9 +149,10 @@ class FrameDecoder:
     Feed bytes with :meth:`feed` (copies) or with :meth:`get_buffer` followed by
     :meth:`buffer_updated` (the :class:`asyncio.BufferedProtocol` pair), in any mix, then
     collect complete frames with :meth:`next_frame`. Every buffer of a frame is a writable
-    ``memoryview`` over a ``bytearray`` that the decoder allocated and never reuses (so
-    arrays rebuilt on it are writable); a frame that arrived whole in one read shares one
-    ``bytearray`` among its buffers, which costs a single copy for the whole frame.
+    ``memoryview`` over memory that the decoder allocated and never reuses (a ``bytearray``
+    or what ``allocate`` returns for a large buffer; arrays rebuilt on it are writable); a
+    frame that arrived whole in one read shares one ``bytearray`` among its buffers, which
+    costs a single copy for the whole frame.
 
     While a buffer of at least :data:`LARGE_BUFFER_BYTES` is incomplete, :meth:`get_buffer`
     hands out the unfilled part of that buffer's final ``bytearray``, so the socket writes
@@ -193,7 +199,7 @@ class FrameDecoder:
         max_buffers: int = 4096,
         max_frame_bytes: int = 1 << 40,
         max_header_bytes: int = 1 << 32,
-        allocate: Callable[[int], bytearray] = bytearray,
+        allocate: Callable[[int], Destination] = bytearray,
         attachments: bool = False,
     ) -> None:
         if not 1 <= max_buffers <= _MAX_NBUFS:

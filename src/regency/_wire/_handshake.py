@@ -1,33 +1,40 @@
-"""Mutual HMAC-SHA256 challenge-response handshake (sans-IO).
+"""Mutual HMAC-SHA256 challenge-response handshake, the client proving first (sans-IO).
 
 Every connection starts with this exchange; the frame decoder sees no byte before it
 succeeds, and nothing in it is ever unpickled: messages are fixed binary layouts read with
-:mod:`struct`. Both sides prove knowledge of the per-job secret without revealing it, over
-two fresh random nonces, the protocol version and the client's identity string::
+:mod:`struct`. Both sides prove knowledge of the per-job key without revealing it, over two
+fresh random nonces, the protocol version and the client's identity string. The *client*
+proves first, and the server sends its own proof only after checking the client's: a peer
+that does not know the key receives nothing keyed by it, so it has nothing to test guesses
+against offline; each guess costs it a connection, which the listener slows down (ADR
+0016)::
 
     client                                       server
     HELLO(version, nonce_c, identity)     ->
-                                          <-     CHALLENGE(nonce_s, mac_s, version)
+                                          <-     CHALLENGE(nonce_s, version)
     PROOF(mac_c)                          ->
-                                          <-     OK            (or REJECT(reason))
+                                          <-     OK(mac_s)      (or REJECT(reason))
 
-    mac_s = HMAC-SHA256(secret, b"server" + nonce_c + nonce_s + u8(len(v)) + v + identity)
-    mac_c = HMAC-SHA256(secret, b"client" + nonce_s + nonce_c + u8(len(v)) + v + identity)
+    mac_c = HMAC-SHA256(key, b"client" + nonce_s + nonce_c + u8(len(v)) + v + identity)
+    mac_s = HMAC-SHA256(key, b"server" + nonce_c + nonce_s + u8(len(v)) + v + identity)
 
-Either side may send REJECT instead of its next message (other version, failed proof,
-malformed input), after which both sides are failed. Message layout (big-endian)::
+The version travels in the clear, and the handshake's own revision (:data:`HANDSHAKE`) is
+part of it, so a peer of another release, or one speaking the earlier server-proves-first
+exchange, is refused with a message naming both versions. Either side may send REJECT
+instead of its next message (other version, failed proof, malformed input), after which
+both sides are failed. Message layout (big-endian)::
 
     magic b"RGHS" (4) | kind (u8) | body length (u16) | body
 
     HELLO      u8 vlen | version (utf-8) | nonce_c (32) | identity (utf-8, rest)
-    CHALLENGE  nonce_s (32) | mac_s (32) | u8 vlen | version
+    CHALLENGE  nonce_s (32) | u8 vlen | version
     PROOF      mac_c (32)
-    OK         empty
+    OK         mac_s (32)
     REJECT     u8 code | u8 vlen | version | reason (utf-8, rest)
 
 A message is at most :data:`MAX_MESSAGE_BYTES` long; a bad magic, an oversized or
 unexpected message fails the handshake as soon as its first bytes show it, without
-waiting for more data.
+waiting for more data. HELLO and REJECT keep the layout of the first revision.
 """
 
 from __future__ import annotations
@@ -39,12 +46,16 @@ import struct
 from ._errors import HandshakeError
 
 __all__ = [
+    "HANDSHAKE",
     "MAX_MESSAGE_BYTES",
     "ClientHandshake",
     "ServerHandshake",
     "new_secret",
 ]
 
+#: The handshake's revision, appended to the version each side announces: "hs2" is the
+#: client-proves-first exchange (the first revision, unmarked, had the server prove first).
+HANDSHAKE = "hs2"
 MAX_MESSAGE_BYTES = 4096
 NONCE_BYTES = 32
 MAC_BYTES = 32
@@ -86,9 +97,10 @@ class _Handshake:
     def __init__(self, secret: bytes, version: str) -> None:
         if not isinstance(secret, (bytes, bytearray, memoryview)) or len(secret) == 0:
             raise ValueError("the job secret must be non-empty bytes")
+        version = f"{version}+{HANDSHAKE}"
         version_bytes = version.encode()
         if len(version_bytes) > 255:
-            raise ValueError("the version string must encode to at most 255 bytes")
+            raise ValueError("the version string must encode to at most 250 bytes")
         self._secret = bytes(secret)
         self._version = version
         self._version_field = bytes([len(version_bytes)]) + version_bytes
@@ -223,16 +235,18 @@ class _Handshake:
 
 
 class ClientHandshake(_Handshake):
-    """The connecting side: sends HELLO at once, then answers the server's challenge.
+    """The connecting side: sends HELLO at once, proves itself on the server's challenge,
+    and is done once the server's proof checks out.
 
     *identity* (for instance the client's own listening address) reaches the server and is
-    covered by the client's proof.
+    covered by both proofs.
     """
 
     def __init__(self, secret: bytes, version: str, identity: str) -> None:
         super().__init__(secret, version)
         self._identity_bytes = identity.encode()
         self._nonce = secrets.token_bytes(NONCE_BYTES)
+        self._peer_nonce = b""
         hello = _message(_HELLO, self._version_field + self._nonce + self._identity_bytes)
         if len(hello) > MAX_MESSAGE_BYTES:
             raise ValueError(f"identity too long for a {MAX_MESSAGE_BYTES}-byte HELLO")
@@ -242,37 +256,40 @@ class ClientHandshake(_Handshake):
     def _handle(self, kind: int, body: bytes) -> None:
         if kind == _CHALLENGE:
             self._on_challenge(body)
-        elif body:
-            self._fail("malformed handshake OK")
         else:
-            self.done = True
+            self._on_ok(body)
 
     def _on_challenge(self, body: bytes) -> None:
-        fixed = NONCE_BYTES + MAC_BYTES
-        if len(body) < fixed + 1 or len(body) != fixed + 1 + body[fixed]:
+        if len(body) < NONCE_BYTES + 1 or len(body) != NONCE_BYTES + 1 + body[NONCE_BYTES]:
             self._fail("malformed handshake CHALLENGE")
             return
-        nonce_s = body[:NONCE_BYTES]
-        mac_s = body[NONCE_BYTES:fixed]
         try:
-            self.peer_version = body[fixed + 1 :].decode()
+            self.peer_version = body[NONCE_BYTES + 1 :].decode()
         except UnicodeDecodeError:
             self._fail("malformed handshake CHALLENGE: version is not UTF-8")
             return
         if self.peer_version != self._version:
             self._fail(_version_mismatch(self.peer_version, self._version), _REJECT_VERSION)
             return
-        expected = self._mac(b"server", self._nonce, nonce_s, self._identity_bytes)
-        if not hmac.compare_digest(expected, mac_s):
-            self._fail(AUTH_FAILED, _REJECT_AUTH)
-            return
-        proof = self._mac(b"client", nonce_s, self._nonce, self._identity_bytes)
+        self._peer_nonce = body[:NONCE_BYTES]
+        proof = self._mac(b"client", self._peer_nonce, self._nonce, self._identity_bytes)
         self._outbuf += _message(_PROOF, proof)
         self._expect = _OK
 
+    def _on_ok(self, body: bytes) -> None:
+        if len(body) != MAC_BYTES:
+            self._fail("malformed handshake OK")
+            return
+        expected = self._mac(b"server", self._nonce, self._peer_nonce, self._identity_bytes)
+        if not hmac.compare_digest(expected, body):
+            self._fail(AUTH_FAILED, _REJECT_AUTH)
+            return
+        self.done = True
+
 
 class ServerHandshake(_Handshake):
-    """The accepting side: challenges the client and checks its proof.
+    """The accepting side: challenges the client, checks its proof, and only then proves
+    itself (nothing keyed by the secret reaches a client that has not proved it).
 
     ``peer_identity`` is the identity the client announced, available once ``done``.
     """
@@ -307,9 +324,7 @@ class ServerHandshake(_Handshake):
         self._peer_nonce = body[vend : vend + NONCE_BYTES]
         self._peer_identity_bytes = body[vend + NONCE_BYTES :]
         self._identity = identity
-        mac = self._mac(b"server", self._peer_nonce, self._nonce, self._peer_identity_bytes)
-        body_out = self._nonce + mac + self._version_field
-        self._outbuf += _message(_CHALLENGE, body_out)
+        self._outbuf += _message(_CHALLENGE, self._nonce + self._version_field)
         self._expect = _PROOF
 
     def _on_proof(self, body: bytes) -> None:
@@ -317,5 +332,6 @@ class ServerHandshake(_Handshake):
         if not hmac.compare_digest(expected, body):
             self._fail(AUTH_FAILED, _REJECT_AUTH)
             return
-        self._outbuf += _message(_OK, b"")
+        mac = self._mac(b"server", self._peer_nonce, self._nonce, self._peer_identity_bytes)
+        self._outbuf += _message(_OK, mac)
         self.done = True

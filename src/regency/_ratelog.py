@@ -1,0 +1,80 @@
+"""Rate-limited log lines: at most N lines per key per interval, then a count of the rest.
+
+A hostile or broken peer can make the same line happen thousands of times a second (one per
+refused connection, one per garbage frame). :class:`RateLimitedLog` lets the first
+``burst`` lines of a key through in each ``interval`` and counts the others; the next line
+of that key that gets through says how many were suppressed since. Thread-safe; keys are
+forgotten once their interval is over, so a flood of distinct keys costs bounded memory
+(at most ``max_keys`` are tracked; past that, every line of an untracked key counts under
+one shared key).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+__all__ = ["RateLimitedLog"]
+
+_OVERFLOW = "\0overflow"
+
+
+class RateLimitedLog:
+    """Logs through ``logger`` with at most ``burst`` lines per key per ``interval`` s."""
+
+    def __init__(self, logger: logging.Logger, burst: int = 5, interval: float = 10.0,
+                 max_keys: int = 1024, clock: Callable[[], float] = time.monotonic) -> None:
+        self.logger = logger
+        self.burst = burst
+        self.interval = interval
+        self.max_keys = max_keys
+        self._clock = clock
+        self._lock = threading.Lock()
+        # key -> [window start, lines let through in it, lines suppressed not yet reported]
+        self._keys: dict[str, list[float]] = {}
+
+    def log(self, level: int, key: str, msg: str, *args: object,
+            exc_info: bool = False) -> bool:
+        """Log ``msg % args`` at ``level`` unless ``key`` is over its budget; returns whether
+        the line was written (with the exception being handled, if ``exc_info``)."""
+        now = self._clock()
+        with self._lock:
+            state = self._keys.get(key)
+            if state is None:
+                if len(self._keys) >= self.max_keys:
+                    self._expire(now)
+                if len(self._keys) >= self.max_keys:
+                    key = _OVERFLOW
+                    state = self._keys.get(key)
+                if state is None:
+                    state = self._keys[key] = [now, 0.0, 0.0]
+            if now - state[0] >= self.interval:
+                state[0], state[1] = now, 0.0
+            if state[1] >= self.burst:
+                state[2] += 1
+                return False
+            state[1] += 1
+            suppressed = int(state[2])
+            state[2] = 0.0
+        if suppressed:
+            msg = f"{msg} ({suppressed} similar lines suppressed)"
+        self.logger.log(level, msg, *args, exc_info=exc_info)
+        return True
+
+    def warning(self, key: str, msg: str, *args: object) -> bool:
+        """``log(logging.WARNING, ...)``."""
+        return self.log(logging.WARNING, key, msg, *args)
+
+    def suppressed(self, key: str) -> int:
+        """How many lines of ``key`` were suppressed and not reported yet."""
+        with self._lock:
+            state = self._keys.get(key)
+            return int(state[2]) if state is not None else 0
+
+    def _expire(self, now: float) -> None:
+        """Forget keys whose window is over and that have nothing left to report."""
+        for key in [k for k, s in self._keys.items()
+                    if now - s[0] >= self.interval and not s[2]]:
+            del self._keys[key]
