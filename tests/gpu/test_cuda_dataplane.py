@@ -203,6 +203,7 @@ def test_a_cast_is_taken_by_every_member(peers) -> None:
 
 def test_no_gpu_memory_is_kept_after_many_echoes(peers) -> None:
     p0 = peers.slice(procs=0)
+    gc.collect()  # what earlier tests left to the collector is not ours to count
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
     proc_base = p0.allocated.call_one().get(timeout=T)
@@ -214,7 +215,7 @@ def test_no_gpu_memory_is_kept_after_many_echoes(peers) -> None:
     wait_until(lambda: lends_here() == 0, "every lend was taken")
     wait_until(lambda: p0.lends.call_one().get(timeout=T) == 0, "every result lend")
     torch.cuda.synchronize()
-    assert torch.cuda.memory_allocated() == base
+    assert torch.cuda.memory_allocated() <= base
     assert p0.allocated.call_one().get(timeout=T) <= proc_base + 16 * MiB  # its kept 'kept'
 
 
@@ -248,6 +249,7 @@ def test_a_dead_owner_leaks_nothing_through_our_mapping(unhandled_failures) -> N
 
 def test_a_dead_reader_leaks_nothing_here(unhandled_failures) -> None:
     """A proc maps our buffer and is killed: our memory is ours to free, and it is freed."""
+    gc.collect()
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
     procs = this_host().spawn_procs(per_host={"procs": 1}, name="cuda-reader")
@@ -265,7 +267,7 @@ def test_a_dead_reader_leaks_nothing_here(unhandled_failures) -> None:
         del t, buf
         gc.collect()
         torch.cuda.synchronize()
-        assert torch.cuda.memory_allocated() == base
+        assert torch.cuda.memory_allocated() <= base
         unhandled_failures.wait_for("SIGKILL")
     finally:
         procs.stop().get(timeout=T)
