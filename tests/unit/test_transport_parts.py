@@ -262,14 +262,14 @@ def test_the_spin_stops_while_the_machine_has_no_idle_core() -> None:
     assert runnable() >= 1  # this thread, at least
     idle = ReadHere()
     idle.spin = 1e-4
-    idle._cores = 1 << 20  # more cores than runnable threads: spin
+    idle._allowed = 1 << 20  # more cores than runnable threads: spin
     assert idle.spin_now() == 1e-4
     busy = ReadHere()
     busy.spin = 1e-4
-    busy._cores = 0  # every runnable thread is one too many: sleep at once
+    busy._allowed = 0  # every runnable thread is one too many: sleep at once
     assert busy.spin_now() == 0.0 and busy.busy()
     busy.busy_too = True  # ``borrow_spin_busy``: spin anyway
     assert busy.spin_now() == 1e-4
     off = ReadHere()  # ``borrow_spin = 0``: never spins, nothing sampled
-    off._cores = 0
+    off._allowed = 0
     assert off.spin_now() == 0.0

@@ -29,7 +29,8 @@ Spinning for a reply (ADR 0010) wins only while a core is idle: on a machine wit
 runnable threads than cores, the spinner takes the core the peer needs to answer, and the
 scheduler counts the spin against it, so it loses its turn when the reply comes. So the
 spin is dropped while the system's count of runnable threads (``/proc/loadavg``'s fourth
-field, the instantaneous count, not the slow load average) exceeds the cores. Reading it
+field, the instantaneous count, not the slow load average) exceeds the cores plus the round
+trip's own two threads (the one waiting and the one answering). Reading it
 costs about 10 us, so it is sampled at most every ``_LOOK_EVERY_S`` per process, and the
 decision follows the mean of the last few samples (one busy instant is not a busy machine).
 """
@@ -56,6 +57,7 @@ __all__ = ["ReadHere", "ReplyReader", "thread_waker"]
 _local = threading.local()
 _LOOK_EVERY_S = 0.05  # how often the spin looks at the machine's runnable count
 _SAMPLES = 4  # it follows the mean of this many looks
+_OWN = 2  # runnable threads a round trip brings itself: the one that waits, the one answering
 
 
 def thread_waker() -> Waker:
@@ -77,7 +79,7 @@ class ReadHere:
     __slots__ = (
         "_any_thread",
         "_busy",
-        "_cores",
+        "_allowed",
         "_next_look",
         "_samples",
         "busy_too",
@@ -94,13 +96,16 @@ class ReadHere:
         self.source: Borrowable | None = None  # the connection of the frame being handled
         self.inbound: dict[str, Borrowable] = {}  # per peer: where its frames last came in
         self._any_thread: set[int] = set()
-        self._cores = os.cpu_count() or 1
+        # a machine is busy when more threads are runnable than its cores plus the round
+        # trip's own two: those are runnable by design, even on an idle machine
+        self._allowed = (os.cpu_count() or 1) + _OWN
         self._samples: list[int] = []
         self._next_look = 0.0
         self._busy = False
 
     def busy(self) -> bool:
-        """Whether the machine has more runnable threads than cores now (sampled at most
+        """Whether the machine has more runnable threads than cores (plus the round trip's
+        own two) now (sampled at most
         every ``_LOOK_EVERY_S``; any thread). Never, with ``busy_too`` set."""
         if self.busy_too:
             return False
@@ -117,12 +122,13 @@ class ReadHere:
 
     def look(self) -> bool:
         """Sample the machine's runnable count; whether it is busy (recent mean above the
-        cores). A machine that does not tell is never busy."""
+        cores plus the round trip's own threads). A machine that does not tell is never
+        busy."""
         samples = self._samples
         samples.append(runnable())
         if len(samples) > _SAMPLES:
             del samples[0]
-        return sum(samples) > self._cores * len(samples)
+        return sum(samples) > self._allowed * len(samples)
 
     def came_from(self, addr: str) -> Borrowable | None:
         """The open connection on which frames from ``addr`` last arrived, if any."""
