@@ -77,9 +77,9 @@ class ReadHere:
     """
 
     __slots__ = (
+        "_allowed",
         "_any_thread",
         "_busy",
-        "_allowed",
         "_next_look",
         "_samples",
         "busy_too",
