@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import psutil
+from _pids import still_alive
 
 from _actors import Counter
 from regency.actor import this_host
@@ -36,8 +37,7 @@ def test_spawning_eight_procs_works() -> None:
         assert list(mesh.incr.call().get(timeout=T).values()) == [1] * 8
     finally:
         procs.stop().get(timeout=T)
-    _gone, alive = psutil.wait_procs([psutil.Process(p) for p in pids if psutil.pid_exists(p)],
-                                     timeout=5)
+    alive = still_alive(pids)
     assert not alive
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import pickle
 
-import psutil
 import pytest
+from _pids import still_alive
 
 from _actors import Counter, PassAround, Spawner
 from regency.actor import ActorMesh, Channel, ProcMesh, ValueMesh, this_host
@@ -117,8 +117,7 @@ def test_actor_spawns_procs_and_actors_and_returns_them(procs) -> None:
     more = kid_procs.spawn("more", Counter, 1)
     assert list(more.incr.call().get(timeout=T).values()) == [2, 2]
     spawner.stop_children.call_one().get(timeout=T)
-    _gone, alive = psutil.wait_procs([psutil.Process(w["pid"]) for w in whos
-                                      if psutil.pid_exists(w["pid"])], timeout=5)
+    alive = still_alive(w["pid"] for w in whos)
     assert not alive
 
 
@@ -128,8 +127,7 @@ def test_meshes_owned_by_an_actor_stop_with_it(procs) -> None:
     _kid_procs, kids = spawner.spawn_children.call_one(1).get(timeout=T)
     kid_pids = list(kids.pid.call().get(timeout=T).values())
     spawner.stop().get(timeout=T)
-    _gone, alive = psutil.wait_procs([psutil.Process(p) for p in kid_pids
-                                      if psutil.pid_exists(p)], timeout=5)
+    alive = still_alive(kid_pids)
     if alive:
         for p in alive:
             p.kill()
@@ -152,8 +150,7 @@ def test_procs_spawned_by_an_actor_stop_with_the_actors_proc_mesh() -> None:
         kid_pids = list(kids.pid.call().get(timeout=T).values())
     finally:
         outer.stop().get(timeout=T)
-    _gone, alive = psutil.wait_procs([psutil.Process(p) for p in kid_pids
-                                      if psutil.pid_exists(p)], timeout=5)
+    alive = still_alive(kid_pids)
     for p in alive:
         p.kill()
     assert not alive, "procs spawned by an actor outlived the proc mesh of that actor"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import psutil
+from _pids import still_alive
 
 from _actors import Counter
 from regency.actor import shutdown_context, this_host, this_proc
@@ -28,8 +29,7 @@ def test_shutdown_context_then_a_new_mesh_works() -> None:
 
     shutdown_context().get(timeout=T)
     # everything the first runtime started is gone
-    _gone, alive = psutil.wait_procs([psutil.Process(p) for p in pids if psutil.pid_exists(p)]
-                                     + old_zygotes, timeout=5)
+    alive = still_alive(pids, old_zygotes)
     assert not alive, alive
     # a second shutdown is a no-op
     shutdown_context().get(timeout=T)
