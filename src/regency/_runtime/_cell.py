@@ -122,8 +122,10 @@ class SyncCell:
 
     def enqueue(self, call: Call, frame: list[memoryview]) -> None:
         """Queue a message (loop thread)."""
-        self._queue.put((call, frame))
+        # counted in before the actor thread can take it out: counted after, a message taken
+        # at once could leave its connection throttled with nothing left to take (a hang)
         self.backlog.add(frame)
+        self._queue.put((call, frame))
         waker = self._waker
         if waker is not None:
             source = self._rt.read_here.source
