@@ -106,6 +106,57 @@ class AsyncCaller:
         return time.perf_counter() - start
 
 
+@ray.remote(num_cpus=0, max_concurrency=1)
+class PipeConsumer:
+    """The end of the ``pipeline`` workload: counts, noting the time every 100 messages."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+        self.marks: list[tuple[int, float]] = []
+
+    async def take(self, x: Any) -> None:
+        self.seen += 1
+        if self.seen % 100 == 0:
+            self.marks.append((self.seen, time.time()))
+
+    async def report(self) -> tuple[int, list[tuple[int, float]]]:
+        return self.seen, self.marks
+
+
+@ray.remote(num_cpus=0, max_concurrency=1)
+class PipeStage:
+    """The middle of the ``pipeline`` workload: forwards from an async method."""
+
+    def __init__(self, consumer: Any) -> None:
+        self.consumer = consumer
+
+    async def ready(self) -> int:
+        return 1
+
+    async def forward(self, x: Any) -> None:
+        self.consumer.take.remote(x)  # fire and forget, as ``broadcast``
+
+
+@ray.remote(num_cpus=0, max_concurrency=1)
+class PipeProducer:
+    """The head of the ``pipeline`` workload: sends to the stage as fast as its loop goes."""
+
+    def __init__(self, stage: Any) -> None:
+        self.stage = stage
+
+    async def run(self, seconds: float) -> tuple[int, float, float]:
+        import asyncio
+
+        start = time.time()
+        end = start + seconds
+        sent = 0
+        while time.time() < end:
+            self.stage.forward.remote(sent)
+            sent += 1
+            await asyncio.sleep(0)
+        return sent, start, time.time()
+
+
 # ----------------------------------------------------------------------------- helpers
 
 
@@ -260,6 +311,27 @@ def idle_worker_mem(p: Params) -> Metrics:
     return {"rss_mib": info.rss / MIB, "uss_mib": info.uss / MIB}
 
 
+def pipeline(p: Params) -> Metrics:
+    """Producer -> stage -> consumer, three async actors (one process each); see
+    ``workloads_actor.pipeline``. Ray's fire-and-forget ``.remote()`` stands for ``broadcast``."""
+    consumer = PipeConsumer.remote()
+    stage = PipeStage.remote(consumer)
+    producer = PipeProducer.remote(stage)
+    try:
+        ray.get([consumer.report.remote(), stage.ready.remote()])
+        sent, start, end = ray.get(producer.run.remote(p.pipeline_s), timeout=120)
+        _, marks = ray.get(consumer.report.remote(), timeout=120)
+    finally:
+        _kill([producer, stage, consumer])
+    during = max((n for n, t in marks if t <= end), default=0)
+    first = next((t for n, t in marks if n >= 100), None)
+    return {
+        "sent_per_s": sent / (end - start),
+        "received_per_s": during / (end - start),
+        "first100_ms": (first - start) * 1000 if first is not None else float("nan"),
+    }
+
+
 def _echo_workload(make: Callable[[int], Any], size_mib: int) -> Workload:
     return lambda p: _echo(make, size_mib, p)
 
@@ -275,6 +347,7 @@ def _build() -> dict[str, Workload]:
         "spawn_4": lambda p: _spawn(4, p),
         "spawn_16": lambda p: _spawn(16, p),
         "idle_worker_mem": idle_worker_mem,
+        "pipeline": pipeline,
     }
     for size in (1, 16, 256):
         table[f"echo_bytes_{size}MiB"] = _echo_workload(_make_bytes, size)
