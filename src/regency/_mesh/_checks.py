@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable
-from typing import SupportsIndex
 
 
 def as_int(value: object, what: str) -> int:
@@ -17,11 +16,16 @@ def as_int(value: object, what: str) -> int:
     Raises:
         TypeError: ``value`` is not an integer (anything with ``__index__`` counts).
     """
+    if type(value) is int:  # the common case, without the slow protocol check below
+        return value
     if isinstance(value, bool):
         raise TypeError(f"{what} must be an int, not bool ({value!r})")
-    if not isinstance(value, SupportsIndex):
-        raise TypeError(f"{what} must be an int, not {type(value).__name__} ({value!r})")
-    return operator.index(value)
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(
+            f"{what} must be an int, not {type(value).__name__} ({value!r})"
+        ) from None
 
 
 def as_ints(values: Iterable[object], what: str, *, minimum: int) -> tuple[int, ...]:
