@@ -25,7 +25,7 @@ from .._runtime._secret import require_secret
 from .._transport import Address
 from .._wire import _messages as m
 from ..errors import TransportError
-from . import _dispatch
+from . import _dispatch, _terminate
 from ._bootstrap import root_context_of
 from ._failures import host_lost
 from ._leases import ask, beat
@@ -93,6 +93,19 @@ class WorkerService:
         self.controller = None
         self.agent.forward_to = ""
 
+    def terminate(self) -> None:
+        """SIGTERM: stop every proc here (their ``__cleanup__`` runs), then exit (loop)."""
+        n = len(self.agent.procs)
+        log.warning("regency worker: received SIGTERM; stopping %d proc(s) (their "
+                    "__cleanup__ runs), then exiting", n)
+        self.agent.track(self._terminate(), "stop on SIGTERM")
+
+    async def _terminate(self) -> None:
+        why = f"stopped because its worker {self.rt.address} received SIGTERM"
+        await self.agent.stop_all(why, float(config.get("cleanup_timeout")) + 2.0)
+        if not self.done.done():
+            self.done.set_result(0)
+
     async def watch_lease(self) -> None:
         """Detach when the controller stops renewing its lease."""
         while not self.done.done():
@@ -125,6 +138,7 @@ def run_worker_loop_forever(address: str = "tcp://0.0.0.0:26600",
     rt.agent = agent
     _dispatch.install(rt)
     service = WorkerService(rt, agent)
+    _terminate.install_in_worker(lambda: rt.loop.call_soon_threadsafe(service.terminate))
     listen = str(Address("tcp", addr.host, addr.port))
     rt.loop.run_until_complete(rt.start(listen))
     rt.host_agent = rt.address

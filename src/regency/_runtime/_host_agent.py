@@ -64,6 +64,7 @@ class ProcRecord:
     ooms: int = 0  # that cgroup's OOM-kill count when it came up
     physical: str = ""  # where it listens, for procs known by a logical via: name
     stopping: bool = False
+    ended_by: str = ""  # why this host stopped it on its own (its worker's SIGTERM)
     tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=200))
     pipes: list[int] = field(default_factory=list)
     partial: dict[int, bytes] = field(default_factory=dict)
@@ -381,8 +382,12 @@ class HostAgent:
             cause += " (out of memory: the kernel's OOM killer ended it)"
         self.rt.mark_dead(rec.addr, f"proc {cause}")
         # asked to stop and it exited cleanly (or we killed it): expected; a crash while
-        # draining its last messages is still a failure
-        expected = rec.killed or (rec.stopping and cause == "exited with code 0")
+        # draining its last messages is still a failure. A SIGTERM while stopping is a
+        # stop too (SLURM signals every process of a job at once).
+        clean = cause in ("exited with code 0", "killed by signal SIGTERM")
+        expected = rec.killed or (rec.stopping and clean)
+        if rec.ended_by:  # its owner did not ask: a failure there, saying why
+            cause, expected = f"{rec.ended_by} (the proc {cause})", False
         self._notify_owner(rec, cause, expected=expected)
         self._check_stop_waiters(rec.addr)
         self._kill_orphans(rec.addr)
@@ -468,6 +473,21 @@ class HostAgent:
                 self._stop_waiters.remove((addrs, fut))
                 if not fut.done():
                     fut.set_result(None)
+
+    async def stop_all(self, why: str, timeout: float) -> None:
+        """Stop every proc here on this host's own account (a worker's SIGTERM): their
+        ``__cleanup__`` runs, those still there after ``timeout`` are killed, and each
+        owner hears ``why`` as the cause."""
+        addrs = set(self.procs)
+        if not addrs:
+            return
+        for addr in addrs:
+            rec = self.procs[addr]
+            rec.stopping, rec.ended_by = True, why
+            self.rt.send_sys(addr, StopProc(why))
+        fut = self.rt.loop.create_future()
+        self._stop_waiters.append((addrs, fut))
+        await self._await_stop(addrs, fut, timeout, None)
 
     def kill(self, addrs: set[str] | None = None) -> None:
         """SIGKILL the given procs (all when None)."""
