@@ -74,7 +74,12 @@ class WorkerService:
 
     def _on_release(self, msg: m.Release) -> None:
         if msg.controller != self.controller:
-            return
+            if not (msg.exit and self.controller is None):
+                self.rt.send_reply(msg.port, None, m.RAW_ERROR, TransportError(
+                    f"worker {self.rt.address} serves controller {self.controller}, "
+                    f"not {msg.controller}"))
+                return
+            # its lease lapsed (it was frozen, say) but its controller still shuts it down
         self._detach("released by its controller")
         self.rt.send_reply(msg.port, None, m.OK, None)
         if msg.exit and not self.done.done():
@@ -236,12 +241,13 @@ async def _attach_all(rt: Runtime, agents: tuple[str, ...], contact: str) -> Non
 
     async def one(agent: str) -> None:
         try:
-            await ask(rt, agent, lambda port, me: m.Attach(port, me, lease), timeout)
+            who = await ask(rt, agent, lambda port, me: m.Attach(port, me, lease), timeout)
         except (asyncio.TimeoutError, TimeoutError) as exc:
             why = rt.dead_addrs.get(agent, "no answer")
             raise TransportError(f"cannot attach to worker {agent}: {why}") from exc
         except TransportError as exc:
             raise TransportError(f"cannot attach to worker {agent}: {exc}") from exc
+        api_state(rt).worker_pids[agent] = (str(who["host"]), int(who["pid"]))
 
     await asyncio.gather(*(one(a) for a in agents))
 
