@@ -73,13 +73,14 @@ class WorkerService:
             self.rt.send_reply(msg.port, None, m.OK, None)
 
     def _on_release(self, msg: m.Release) -> None:
-        if msg.controller != self.controller:
-            if not (msg.exit and self.controller is None):
-                self.rt.send_reply(msg.port, None, m.RAW_ERROR, TransportError(
-                    f"worker {self.rt.address} serves controller {self.controller}, "
-                    f"not {msg.controller}"))
-                return
-            # its lease lapsed (it was frozen, say) but its controller still shuts it down
+        # a shutdown is taken when idle too: the lease of the controller that sends it may
+        # have lapsed (it was frozen, say), and it still shuts the worker down
+        lapsed = msg.exit and self.controller is None
+        if msg.controller != self.controller and not lapsed:
+            self.rt.send_reply(msg.port, None, m.RAW_ERROR, TransportError(
+                f"worker {self.rt.address} serves controller {self.controller}, "
+                f"not {msg.controller}"))
+            return
         self._detach("released by its controller")
         self.rt.send_reply(msg.port, None, m.OK, None)
         if msg.exit and not self.done.done():
