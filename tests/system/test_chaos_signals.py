@@ -8,19 +8,15 @@ docs/hardening.md. Processes are counted with psutil: nothing may be left behind
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
-from _chaos import Worker, env
+from _chaos import Script, Worker
 from _signal_scripts import (
     CONTROLLER_TERM,
     PROC_FROZEN,
@@ -31,40 +27,6 @@ from _signal_scripts import (
 )
 
 pytestmark = pytest.mark.timeout(180)
-
-
-class Script:
-    """A controller script run with a pipe to its stdin and its JSON lines read one by one."""
-
-    def __init__(self, code: str, *args: str, **extra_env: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", code, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, env=env(**extra_env), start_new_session=True)
-
-    def next(self) -> dict[str, Any]:
-        """The next JSON line it prints (its stdout closing is a failure)."""
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if line.startswith("{"):
-                out: dict[str, Any] = json.loads(line)
-                return out
-        raise AssertionError(f"the script ended: {self.finish()}")
-
-    def go_on(self) -> None:
-        """Let it past its next ``sys.stdin.readline()``."""
-        assert self.proc.stdin is not None
-        self.proc.stdin.write("\n")
-        self.proc.stdin.flush()
-
-    def finish(self, timeout: float = 60) -> str:
-        """Wait for its exit; its stderr."""
-        _, err = self.proc.communicate(timeout=timeout)
-        return str(err)
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
 
 
 @pytest.fixture

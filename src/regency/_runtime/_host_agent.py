@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import errno
 import logging
 import mmap
 import os
 import pickle
+import resource
 import signal
 import socket
 import subprocess
@@ -96,6 +98,22 @@ def describe_status(status: int) -> str:
             name = str(sig)
         return f"killed by signal {name}"
     return f"exited with code {os.WEXITSTATUS(status)}"
+
+
+def describe_os_error(exc: OSError) -> str:
+    """An OSError in words, with what to do when it is a resource limit."""
+    text = f"{errno.errorcode.get(exc.errno or 0, 'OSError')}: {exc.strerror or exc}"
+    if exc.errno == errno.EMFILE:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        return (f"the host agent (pid {os.getpid()}) is out of file descriptors ({text}; "
+                f"RLIMIT_NOFILE soft {soft}, hard {hard}): raise the limit where it starts "
+                "(ulimit -n, LimitNOFILE= in systemd) or find what holds them")
+    if exc.errno == errno.ENFILE:
+        return (f"the machine is out of file descriptors ({text}): raise fs.file-max or "
+                "free descriptors")
+    if exc.errno in (errno.ENOMEM, errno.EAGAIN):
+        return f"out of memory or processes ({text})"
+    return text
 
 
 SIGKILL_REAP_S = 5.0  # how long a stop waits for SIGKILLed procs to be reaped
@@ -242,8 +260,18 @@ class HostAgent:
 
     def _spawn_one(self, req: SpawnProcs, entry: dict[str, Any]) -> None:
         rec = ProcRecord(entry["addr"], entry["label"], req.owner, req.mesh_uid, entry["rank"])
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
+        try:
+            out_r, out_w = os.pipe()
+        except OSError as exc:
+            self._spawn_failed(rec, exc)
+            return
+        try:
+            err_r, err_w = os.pipe()
+        except OSError as exc:
+            os.close(out_r)
+            os.close(out_w)
+            self._spawn_failed(rec, exc)
+            return
         self._tokens += 1
         # the secret never travels in a request: the agent (same job) hands down its own
         spec = {**req.spec, **entry, "host_agent": self.rt.address, "secret": self.rt.secret}
@@ -268,6 +296,14 @@ class HostAgent:
             self.rt.loop.add_reader(fd, self._on_output, rec, fd, stream)
         self._outbox.append((data, [out_w, err_w, *status_fd]))
         self._flush_outbox()
+
+    def _spawn_failed(self, rec: ProcRecord, exc: OSError) -> None:
+        """A proc could not even be started here: its owner hears why (and so does whoever
+        asks where it listens), not 'no such proc'."""
+        cause = f"could not be spawned on {self.rt.hostname}: {describe_os_error(exc)}"
+        log.error("regency: proc %s %s", rec.addr, cause)
+        self.rt.mark_dead(rec.addr, f"proc {cause}")
+        self._notify_owner(rec, cause, expected=False)
 
     def _flush_outbox(self) -> None:
         """Hand queued spawn requests to the fork server as its socket takes them."""
