@@ -61,15 +61,21 @@ RELEASE_TIMEOUT_S = 10.0  # how long a release (or shutdown) waits for a worker'
 def release_workers(rt: Runtime, agents: tuple[str, ...], exit: bool) -> None:
     """Release (and optionally shut down) workers; called from HostMesh.stop/shutdown.
 
-    A shutdown also asks workers that were declared lost: one that was frozen (SIGSTOP) and
-    resumed answers and exits. One that does not answer within ``RELEASE_TIMEOUT_S`` is
-    reported; if it runs on this machine and is stopped, it is SIGKILLed (see ``_unanswered``).
+    A shutdown also reaches workers that were declared lost, without waiting for them (a
+    lost host must not delay it): one frozen (SIGSTOP) on this machine is SIGKILLed at once,
+    saying so; any other is sent the shutdown, which it obeys if it comes back (resumed,
+    reconnected). A live worker that does not answer within ``RELEASE_TIMEOUT_S`` is
+    handled the same way (``_unanswered``).
     """
     beats = api_state(rt).heartbeats
     for agent in agents:
         beats.pop(agent, None)
-    if not exit:
-        agents = tuple(a for a in agents if a not in rt.dead_addrs)  # a lost host is free
+    lost = tuple(a for a in agents if a in rt.dead_addrs)
+    agents = tuple(a for a in agents if a not in rt.dead_addrs)
+    if exit:
+        for agent in lost:
+            if not _kill_if_stopped_here(rt, agent):
+                rt.call_soon(_send_release, rt, agent)
     if not agents:
         return
 
@@ -92,21 +98,34 @@ def release_workers(rt: Runtime, agents: tuple[str, ...], exit: bool) -> None:
                 _unanswered(rt, agent)
 
 
+def _send_release(rt: Runtime, agent: str) -> None:
+    """Send a shutdown to ``agent`` and wait for no answer (loop thread)."""
+    port_id = rt.open_port(lambda reply, frame: rt.close_port(port_id), frozenset({agent}))
+    rt.send_sys(agent, m.Release((rt.contact, port_id), rt.contact, True))
+
+
 def _unanswered(rt: Runtime, agent: str) -> None:
     """A worker did not answer its shutdown: kill it if it is here and stopped, else say so."""
-    host, pid = api_state(rt).worker_pids.get(agent, ("", 0))
-    if host == rt.hostname and pid and _stopped(pid):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            return
-        _say(f"regency: worker {agent} (pid {pid} on this machine) is stopped (SIGSTOP) and "
-             f"did not answer the shutdown within {RELEASE_TIMEOUT_S:.0f} s: killed it with "
-             "SIGKILL (its procs die with it)")
+    if _kill_if_stopped_here(rt, agent):
         return
+    host, pid = api_state(rt).worker_pids.get(agent, ("", 0))
     _say(f"regency: worker {agent} (pid {pid or '?'} on {host or '?'}) did not answer the "
          f"shutdown within {RELEASE_TIMEOUT_S:.0f} s (frozen or unreachable?): it may still "
          "be running; stop it where it runs")
+
+
+def _kill_if_stopped_here(rt: Runtime, agent: str) -> bool:
+    """SIGKILL the worker ``agent`` if it runs on this machine and is stopped (SIGSTOP)."""
+    host, pid = api_state(rt).worker_pids.get(agent, ("", 0))
+    if host != rt.hostname or not pid or not _stopped(pid):
+        return False
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return False
+    _say(f"regency: worker {agent} (pid {pid} on this machine) is stopped (SIGSTOP) and "
+         "cannot answer the shutdown: killed it with SIGKILL (its procs die with it)")
+    return True
 
 
 def _say(text: str) -> None:
