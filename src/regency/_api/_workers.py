@@ -101,6 +101,8 @@ class WorkerService:
 
     def terminate(self) -> None:
         """SIGTERM: stop every proc here (their ``__cleanup__`` runs), then exit (loop)."""
+        if self.done.done():
+            return  # already exiting (its controller shut it down)
         n = len(self.agent.procs)
         log.warning("regency worker: received SIGTERM; stopping %d proc(s) (their "
                     "__cleanup__ runs), then exiting", n)

@@ -513,8 +513,9 @@ class HostAgent:
     async def stop_all(self, why: str, timeout: float) -> None:
         """Stop every proc here on this host's own account (a worker's SIGTERM): their
         ``__cleanup__`` runs, those still there after ``timeout`` are killed, and each
-        owner hears ``why`` as the cause."""
-        addrs = set(self.procs)
+        owner hears ``why`` as the cause. Procs already stopping (asked by their owner, or
+        killed) end as they were going to."""
+        addrs = {addr for addr, rec in self.procs.items() if not rec.stopping}
         if not addrs:
             return
         for addr in addrs:
