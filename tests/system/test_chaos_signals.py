@@ -201,11 +201,11 @@ def test_a_frozen_worker_is_declared_lost_and_serves_again_when_resumed(
 
 def test_shutdown_of_a_worker_still_frozen_is_bounded_and_kills_it(
         tmp_path: Path, scripts: list[Script], workers: list[Worker]) -> None:
-    """``hosts.shutdown()`` of a worker that stays stopped: no answer within the bound, so a
-    worker on this machine is SIGKILLed, saying so; its procs die with it."""
+    """``hosts.shutdown()`` of a worker that stays stopped (declared lost): one on this
+    machine is SIGKILLed at once, saying so, and its procs die with it."""
     w = Worker()
     workers.append(w)
-    s = Script(WORKER_FROZEN, str(tmp_path), w.address, REGENCY_HANDSHAKE_TIMEOUT="3")
+    s = Script(WORKER_FROZEN, str(tmp_path), w.address)
     scripts.append(s)
     s.next()
     tree = _tree(w.proc.pid)
