@@ -40,6 +40,7 @@ _DEFAULTS: dict[str, Any] = {
     "shm_min_bytes": 1024 * 1024,
     "shm_pool_bytes": 1024 * 1024 * 1024,
     "fail_fast_exit_deadline": 5.0,
+    "sigterm_grace": 20.0,
     "malloc_reuse": True,
     "borrow_reads": True,
     "borrow_spin": 0.0001,

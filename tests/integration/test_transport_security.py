@@ -246,3 +246,46 @@ def test_a_ca_argument_is_refused_rather_than_ignored(tmp_path, monkeypatch) -> 
         run_worker_loop_forever("tcp://127.0.0.1:0", ca=str(ca))
     with config.configured(tls_ca=str(ca)), pytest.raises(SecretError):
         run_worker_loop_forever("tcp://127.0.0.1:0", ca=str(ca))  # accepted: it is tls_ca
+
+
+def test_tls_mismatches_name_tls_at_the_client(tmp_path: Any) -> None:
+    """Client TLS against a plain server and the reverse, a server certificate of another CA,
+    a client certificate the server refuses: each is an AuthenticationError naming TLS (not
+    "peer closed the connection"), at once rather than after the connect retries."""
+    from regency import config
+    from regency._runtime._router import VERSION
+    from regency._transport import connect
+    from regency._transport._tls import tls_contexts
+    from regency.errors import AuthenticationError
+
+    good = _make_pki(tmp_path, "good")
+    other = _make_pki(tmp_path, "other")
+    foreign_client = {**other, "tls_ca": good["tls_ca"]}
+
+    async def attempt(server_pki: dict[str, str], client_pki: dict[str, str] | None) -> str:
+        secret = new_secret()
+        server = Endpoint(secret)
+        with config.configured(**server_pki):
+            addr = await server.router.listen("tcp:127.0.0.1:0")
+        ctx = None
+        if client_pki is not None:
+            with config.configured(**client_pki):
+                contexts = tls_contexts()
+                assert contexts is not None
+                ctx = contexts[1]
+        try:
+            with pytest.raises(AuthenticationError) as info:
+                await asyncio.wait_for(connect(addr, secret, VERSION, "tcp:127.0.0.1:1", ctx),
+                                       20)
+        finally:
+            server.router.close()
+        return str(info.value)
+
+    plain_server = asyncio.run(attempt({}, good))
+    assert "the peer answered without TLS" in plain_server and "tls_cert" in plain_server
+    plain_client = asyncio.run(attempt(good, None))
+    assert "requires TLS and this connection has none" in plain_client
+    wrong_ca = asyncio.run(attempt(good, other))
+    assert "not signed by the CA this side trusts" in wrong_ca
+    refused = asyncio.run(attempt(good, foreign_client))
+    assert "TLS handshake" in refused and "refused this side's certificate" in refused

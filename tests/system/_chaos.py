@@ -147,3 +147,68 @@ def run_controller(worker: Worker, timeout: float = 120.0) -> dict[str, Any]:
     report: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
     report["wall_s"] = time.monotonic() - t0
     return report
+
+
+class Script:
+    """A controller script run with a pipe to its stdin and its JSON lines read one by one."""
+
+    def __init__(self, code: str, *args: str, **extra_env: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", code, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, env=env(**extra_env), start_new_session=True)
+
+    def next(self) -> dict[str, Any]:
+        """The next JSON line it prints (its stdout closing is a failure)."""
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                out: dict[str, Any] = json.loads(line)
+                return out
+        raise AssertionError(f"the script ended: {self.finish()}")
+
+    def go_on(self) -> None:
+        """Let it past its next ``sys.stdin.readline()``."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("\n")
+        self.proc.stdin.flush()
+
+    def finish(self, timeout: float = 60) -> str:
+        """Wait for its exit; its stderr."""
+        _, err = self.proc.communicate(timeout=timeout)
+        return str(err)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+
+SPAWN_OUT_OF_FDS = r"""
+import json, sys
+from regency.actor import Actor, attach_to_workers, endpoint
+import regency.actor as ra
+
+class Echo(Actor):
+    @endpoint
+    def echo(self, x):
+        return x
+
+failures = []
+ra.unhandled_fault_hook = lambda failure: failures.append(failure.report())
+hosts = attach_to_workers([sys.argv[1]])
+print(json.dumps({"stage": "attached"}), flush=True)
+
+def attempt():
+    try:
+        procs = hosts.spawn_procs(per_host={"gpus": 1})
+        return "ok: " + procs.spawn("echo", Echo).echo.call_one("hi").get(timeout=60)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+sys.stdin.readline()  # the test filled the worker's descriptors
+first = attempt()
+print(json.dumps({"stage": "exhausted", "error": first, "failures": failures}), flush=True)
+sys.stdin.readline()  # the test released them
+print(json.dumps({"stage": "released", "outcome": attempt()}), flush=True)
+hosts.stop().get(timeout=60)
+"""

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from _chaos import SECRET, Worker, env, run_controller
+from _chaos import SECRET, SPAWN_OUT_OF_FDS, Script, Worker, env, run_controller
 
 from regency._dataplane import _proto
 from regency._dataplane._sockets import connect as data_connect
@@ -72,6 +72,35 @@ def test_fd_exhaustion_then_release_accepts_again(workers: list[Worker]) -> None
     print(f"\nfd exhaustion: accepting again {recovered * 1000:.0f} ms after release, "
           f"controller attach {report['attach_s']:.2f} s, call {report['call_s']:.2f} s, "
           f"worker fds now {w.fds()}, {refused} refusal lines for 120 connections")
+
+
+def test_spawning_on_a_worker_out_of_descriptors_says_so(workers: list[Worker]) -> None:
+    """A spawn on a worker at its RLIMIT_NOFILE fails naming the cause (EMFILE, the limit,
+    what to do), not "no such proc on this host"; once descriptors are free it works."""
+    w = Worker(nofile=64)
+    workers.append(w)
+    s = Script(SPAWN_OUT_OF_FDS, w.address)
+    try:
+        s.next()
+        start = len(w.lines)
+        idle = _open(w, 120)
+        w.wait_for(lambda ln: "cannot accept a connection" in ln, 30, start)
+        s.go_on()
+        exhausted = s.next()
+        for sock in idle:
+            sock.close()
+        w.wait_for(lambda ln: "accepts again" in ln, 30, start)
+        s.go_on()
+        released = s.next()
+        s.finish()
+    finally:
+        s.kill()
+    said = exhausted["error"] + "".join(exhausted["failures"])
+    assert "no such proc" not in said, said
+    assert "EMFILE" in said and "out of file descriptors" in said, said
+    assert "RLIMIT_NOFILE soft 64" in said and "ulimit -n" in said, said
+    assert released["outcome"] == "ok: hi", released
+    print(f"\nspawn out of descriptors: {exhausted['error'][:400]}")
 
 
 def test_slowloris_does_not_lock_out_a_good_controller(workers: list[Worker]) -> None:

@@ -27,6 +27,7 @@ from ._actor import Actor, endpoints_of, is_async_actor
 from ._context import Context, Instance, empty_point, set_context
 from ._ports import Port
 from ._proc_mesh import proc_mesh_of
+from ._sealed import seal
 
 
 class MessageContext(Context):
@@ -226,11 +227,11 @@ class ActorBehavior:
                 self.rt.send_reply(port, self.g, m.SUPERVISION, (msg, self.failure))
             return
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        payload = (exc, type(exc).__name__, str(exc), tb, self._label(name))
-        try:
-            self.rt.send_reply(port, self.g, m.ACTOR_ERROR, payload)
+        text = (type(exc).__name__, str(exc), tb, self._label(name))
+        try:  # sealed: a caller that cannot rebuild it still gets its type and text
+            self.rt.send_reply(port, self.g, m.ACTOR_ERROR, (seal(exc), *text))
         except Exception:
-            self.rt.send_reply(port, self.g, m.ACTOR_ERROR, (None, *payload[1:]))
+            self.rt.send_reply(port, self.g, m.ACTOR_ERROR, (None, *text))
 
     def _on_fatal(self, exc: BaseException, name: str, port: Any) -> None:
         self.fail(exc, name)

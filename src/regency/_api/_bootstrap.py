@@ -24,7 +24,7 @@ from .._runtime._malloc import reuse_freed_memory
 from .._runtime._runtime import Runtime
 from .._runtime._secret import configured_secret
 from .._wire import new_secret
-from . import _dispatch, _failfast
+from . import _dispatch, _failfast, _terminate
 from ._context import Context, Instance
 from ._future import Future, completed
 from ._proc_mesh import proc_mesh_of
@@ -70,6 +70,7 @@ def _start_controller() -> Runtime:
     api_state(rt).root_context = root_context_of(rt)
     _failfast.reset()
     _failfast.install_handler()
+    _terminate.install_in_controller()  # SIGTERM (SLURM, Kubernetes) stops like Ctrl-C
     _current.set_runtime(rt)
     if not _atexit_registered:
         atexit.register(_at_exit)
@@ -136,6 +137,7 @@ async def _cancel_tasks() -> None:
 
 
 def _at_exit() -> None:
+    _terminate.exiting()
     rt = _current.get()
     if rt is not None and rt.role == "controller":
         # after a fail-fast, healthy but busy actors are not waited for

@@ -41,7 +41,7 @@ def install_handler() -> None:
 
     def handler(sig: int, frame: FrameType | None) -> Any:
         if defer_interrupts.depth:
-            defer_interrupts.pending = True  # raised again when the section ends
+            defer_interrupts.pending = sig  # raised again when the section ends
             return None
         if _exit_code is not None:
             if _reporting or not _script_running(frame):
@@ -73,7 +73,8 @@ def install_handler() -> None:
 
 
 class _Deferral:
-    """``with defer_interrupts:`` a SIGINT (Ctrl-C, fail fast) waits for the end of the block.
+    """``with defer_interrupts:`` a SIGINT (Ctrl-C, fail fast) or a SIGTERM waits for the end
+    of the block.
 
     For the few lines where the main thread reads frames off a socket itself (a blocked
     ``get()``, see ``regency._runtime._borrow``): an exception there would lose a frame it
@@ -85,7 +86,7 @@ class _Deferral:
 
     def __init__(self) -> None:
         self.depth = 0  # changed by the main thread only
-        self.pending = False
+        self.pending = 0  # the signal to raise again at the end of the block (0: none)
 
     def __enter__(self) -> None:
         if threading.get_ident() == MAIN_ID:
@@ -96,12 +97,17 @@ class _Deferral:
             return
         self.depth -= 1
         if not self.depth and self.pending:
-            self.pending = False
-            signal.raise_signal(signal.SIGINT)
+            sig, self.pending = self.pending, 0
+            signal.raise_signal(sig)
 
 
 MAIN_ID = threading.main_thread().ident  # where signal handlers run
 defer_interrupts = _Deferral()
+
+
+def reporting() -> bool:
+    """Whether the main thread is printing an uncaught exception (do not interrupt it)."""
+    return _reporting
 
 
 def _script_running(frame: FrameType | None) -> bool:

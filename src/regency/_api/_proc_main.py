@@ -22,7 +22,7 @@ from .._mesh import Point, Shape
 from .._runtime import _current
 from .._runtime._runtime import Runtime
 from .._wire._messages import ProcReady, StopProc
-from . import _dispatch
+from . import _dispatch, _terminate
 from ._bootstrap import root_context_of
 from ._context import Context, Instance, set_context
 from ._context import _current as ctxvar
@@ -50,9 +50,14 @@ def run_proc(spec: dict[str, Any]) -> int:
     tasks: set[asyncio.Task[None]] = set()
 
     def on_stop(msg: StopProc) -> None:
+        rt.stopping = True
         tasks.add(rt.loop.create_task(_stop(rt, stop)))
 
+    def on_sigterm() -> None:  # SLURM, Kubernetes: clean up, then end by SIGTERM
+        tasks.add(rt.loop.create_task(_terminated(rt)))
+
     rt.handle(StopProc, on_stop)
+    _terminate.install_in_proc(lambda: rt.loop.call_soon_threadsafe(on_sigterm))
 
     def lost(addr: str, exc: BaseException | None) -> None:
         if addr == host_agent:
@@ -104,3 +109,14 @@ async def _stop(rt: Runtime, stop: asyncio.Event) -> None:
     sys.stderr.flush()
     await rt.router.aclose()
     stop.set()
+
+
+async def _terminated(rt: Runtime) -> None:
+    """SIGTERM: run every actor's ``__cleanup__``, then end by SIGTERM (so the owner's
+    supervision names it). A stop already under way finishes as asked instead."""
+    if rt.stopping:
+        return
+    rt.stopping = True
+    await stop_cells(rt, float(config.get("cleanup_timeout")) + 1.0)
+    await rt.router.aclose()
+    _terminate.die_by_sigterm()

@@ -70,6 +70,7 @@ class ApiState:
     owned: dict[str, OwnedMesh] = field(default_factory=dict)  # actor meshes spawned here
     controllers: dict[str, Any] = field(default_factory=dict)  # name -> ActorMesh (root)
     heartbeats: dict[str, float] = field(default_factory=dict)  # worker -> last answer
+    worker_pids: dict[str, tuple[str, int]] = field(default_factory=dict)  # -> (host, pid)
     heartbeat_task: asyncio.Task[None] | None = None
     heartbeat_started: bool = False
 

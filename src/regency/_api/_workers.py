@@ -25,7 +25,7 @@ from .._runtime._secret import require_secret
 from .._transport import Address
 from .._wire import _messages as m
 from ..errors import TransportError
-from . import _dispatch
+from . import _dispatch, _terminate
 from ._bootstrap import root_context_of
 from ._failures import host_lost
 from ._leases import ask, beat
@@ -73,7 +73,13 @@ class WorkerService:
             self.rt.send_reply(msg.port, None, m.OK, None)
 
     def _on_release(self, msg: m.Release) -> None:
-        if msg.controller != self.controller:
+        # a shutdown is taken when idle too: the lease of the controller that sends it may
+        # have lapsed (it was frozen, say), and it still shuts the worker down
+        lapsed = msg.exit and self.controller is None
+        if msg.controller != self.controller and not lapsed:
+            self.rt.send_reply(msg.port, None, m.RAW_ERROR, TransportError(
+                f"worker {self.rt.address} serves controller {self.controller}, "
+                f"not {msg.controller}"))
             return
         self._detach("released by its controller")
         self.rt.send_reply(msg.port, None, m.OK, None)
@@ -92,6 +98,21 @@ class WorkerService:
         self.agent.kill()
         self.controller = None
         self.agent.forward_to = ""
+
+    def terminate(self) -> None:
+        """SIGTERM: stop every proc here (their ``__cleanup__`` runs), then exit (loop)."""
+        if self.done.done():
+            return  # already exiting (its controller shut it down)
+        n = len(self.agent.procs)
+        log.warning("regency worker: received SIGTERM; stopping %d proc(s) (their "
+                    "__cleanup__ runs), then exiting", n)
+        self.agent.track(self._terminate(), "stop on SIGTERM")
+
+    async def _terminate(self) -> None:
+        why = f"stopped because its worker {self.rt.address} received SIGTERM"
+        await self.agent.stop_all(why, float(config.get("cleanup_timeout")) + 2.0)
+        if not self.done.done():
+            self.done.set_result(0)
 
     async def watch_lease(self) -> None:
         """Detach when the controller stops renewing its lease."""
@@ -125,6 +146,7 @@ def run_worker_loop_forever(address: str = "tcp://0.0.0.0:26600",
     rt.agent = agent
     _dispatch.install(rt)
     service = WorkerService(rt, agent)
+    _terminate.install_in_worker(lambda: rt.loop.call_soon_threadsafe(service.terminate))
     listen = str(Address("tcp", addr.host, addr.port))
     rt.loop.run_until_complete(rt.start(listen))
     rt.host_agent = rt.address
@@ -222,12 +244,13 @@ async def _attach_all(rt: Runtime, agents: tuple[str, ...], contact: str) -> Non
 
     async def one(agent: str) -> None:
         try:
-            await ask(rt, agent, lambda port, me: m.Attach(port, me, lease), timeout)
+            who = await ask(rt, agent, lambda port, me: m.Attach(port, me, lease), timeout)
         except (asyncio.TimeoutError, TimeoutError) as exc:
             why = rt.dead_addrs.get(agent, "no answer")
             raise TransportError(f"cannot attach to worker {agent}: {why}") from exc
         except TransportError as exc:
             raise TransportError(f"cannot attach to worker {agent}: {exc}") from exc
+        api_state(rt).worker_pids[agent] = (str(who["host"]), int(who["pid"]))
 
     await asyncio.gather(*(one(a) for a in agents))
 

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import errno
 import logging
 import mmap
 import os
 import pickle
+import resource
 import signal
 import socket
 import subprocess
@@ -64,6 +66,7 @@ class ProcRecord:
     ooms: int = 0  # that cgroup's OOM-kill count when it came up
     physical: str = ""  # where it listens, for procs known by a logical via: name
     stopping: bool = False
+    ended_by: str = ""  # why this host stopped it on its own (its worker's SIGTERM)
     tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=200))
     pipes: list[int] = field(default_factory=list)
     partial: dict[int, bytes] = field(default_factory=dict)
@@ -95,6 +98,22 @@ def describe_status(status: int) -> str:
             name = str(sig)
         return f"killed by signal {name}"
     return f"exited with code {os.WEXITSTATUS(status)}"
+
+
+def describe_os_error(exc: OSError) -> str:
+    """An OSError in words, with what to do when it is a resource limit."""
+    text = f"{errno.errorcode.get(exc.errno or 0, 'OSError')}: {exc.strerror or exc}"
+    if exc.errno == errno.EMFILE:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        return (f"the host agent (pid {os.getpid()}) is out of file descriptors ({text}; "
+                f"RLIMIT_NOFILE soft {soft}, hard {hard}): raise the limit where it starts "
+                "(ulimit -n, LimitNOFILE= in systemd) or find what holds them")
+    if exc.errno == errno.ENFILE:
+        return (f"the machine is out of file descriptors ({text}): raise fs.file-max or "
+                "free descriptors")
+    if exc.errno in (errno.ENOMEM, errno.EAGAIN):
+        return f"out of memory or processes ({text})"
+    return text
 
 
 SIGKILL_REAP_S = 5.0  # how long a stop waits for SIGKILLed procs to be reaped
@@ -241,8 +260,18 @@ class HostAgent:
 
     def _spawn_one(self, req: SpawnProcs, entry: dict[str, Any]) -> None:
         rec = ProcRecord(entry["addr"], entry["label"], req.owner, req.mesh_uid, entry["rank"])
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
+        try:
+            out_r, out_w = os.pipe()
+        except OSError as exc:
+            self._spawn_failed(rec, exc)
+            return
+        try:
+            err_r, err_w = os.pipe()
+        except OSError as exc:
+            os.close(out_r)
+            os.close(out_w)
+            self._spawn_failed(rec, exc)
+            return
         self._tokens += 1
         # the secret never travels in a request: the agent (same job) hands down its own
         spec = {**req.spec, **entry, "host_agent": self.rt.address, "secret": self.rt.secret}
@@ -267,6 +296,14 @@ class HostAgent:
             self.rt.loop.add_reader(fd, self._on_output, rec, fd, stream)
         self._outbox.append((data, [out_w, err_w, *status_fd]))
         self._flush_outbox()
+
+    def _spawn_failed(self, rec: ProcRecord, exc: OSError) -> None:
+        """A proc could not even be started here: its owner hears why (and so does whoever
+        asks where it listens), not 'no such proc'."""
+        cause = f"could not be spawned on {self.rt.hostname}: {describe_os_error(exc)}"
+        log.error("regency: proc %s %s", rec.addr, cause)
+        self.rt.mark_dead(rec.addr, f"proc {cause}")
+        self._notify_owner(rec, cause, expected=False)
 
     def _flush_outbox(self) -> None:
         """Hand queued spawn requests to the fork server as its socket takes them."""
@@ -381,8 +418,12 @@ class HostAgent:
             cause += " (out of memory: the kernel's OOM killer ended it)"
         self.rt.mark_dead(rec.addr, f"proc {cause}")
         # asked to stop and it exited cleanly (or we killed it): expected; a crash while
-        # draining its last messages is still a failure
-        expected = rec.killed or (rec.stopping and cause == "exited with code 0")
+        # draining its last messages is still a failure. A SIGTERM while stopping is a
+        # stop too (SLURM signals every process of a job at once).
+        clean = cause in ("exited with code 0", "killed by signal SIGTERM")
+        expected = rec.killed or (rec.stopping and clean)
+        if rec.ended_by:  # its owner did not ask: a failure there, saying why
+            cause, expected = f"{rec.ended_by} (the proc {cause})", False
         self._notify_owner(rec, cause, expected=expected)
         self._check_stop_waiters(rec.addr)
         self._kill_orphans(rec.addr)
@@ -468,6 +509,22 @@ class HostAgent:
                 self._stop_waiters.remove((addrs, fut))
                 if not fut.done():
                     fut.set_result(None)
+
+    async def stop_all(self, why: str, timeout: float) -> None:
+        """Stop every proc here on this host's own account (a worker's SIGTERM): their
+        ``__cleanup__`` runs, those still there after ``timeout`` are killed, and each
+        owner hears ``why`` as the cause. Procs already stopping (asked by their owner, or
+        killed) end as they were going to."""
+        addrs = {addr for addr, rec in self.procs.items() if not rec.stopping}
+        if not addrs:
+            return
+        for addr in addrs:
+            rec = self.procs[addr]
+            rec.stopping, rec.ended_by = True, why
+            self.rt.send_sys(addr, StopProc(why))
+        fut = self.rt.loop.create_future()
+        self._stop_waiters.append((addrs, fut))
+        await self._await_stop(addrs, fut, timeout, None)
 
     def kill(self, addrs: set[str] | None = None) -> None:
         """SIGKILL the given procs (all when None)."""

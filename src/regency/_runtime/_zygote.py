@@ -10,7 +10,8 @@ Requests (pickled dicts, with two file descriptors: the child's stdout and stder
 ``{"token": int, "entry": "module:function", "spec": {...}, "env": {...}, "cwd": str,
 "sys_path": [...]}``. Replies: ``("spawned", token, pid)``, ``("exited", pid, wait_status)``.
 When the host agent goes away the zygote kills its children and exits; each child also
-receives SIGKILL when the zygote dies (parent-death signal).
+receives SIGKILL when the zygote dies (parent-death signal). It ignores SIGTERM (it ends with
+its host agent); its children do not.
 """
 
 from __future__ import annotations
@@ -159,6 +160,10 @@ def main() -> None:
     """Entry point: ``python -m regency._runtime._zygote FD``."""
     set_parent_death_signal()
     os.setpgid(0, 0)  # the terminal's Ctrl-C goes to the controller only
+    # SLURM signals every process of a job: the fork server ends with its host agent (the
+    # socket closes, or the parent-death signal), never before it, or its procs would be
+    # SIGKILLed (parent-death signal) before their __cleanup__ could run.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sock = socket.socket(fileno=int(sys.argv[1]))
     from ._malloc import reuse_freed_memory
 

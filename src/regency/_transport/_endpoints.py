@@ -24,7 +24,7 @@ from .._wire import ClientHandshake, ServerHandshake
 from ..errors import AuthenticationError
 from ._address import Address
 from ._limits import Admission, Backoff, Failures, transient_accept_error
-from ._tls import TlsSession
+from ._tls import ADVICE, PlainPeer, TlsSession, explain
 
 log = logging.getLogger("regency.transport")
 refusals = RateLimitedLog(log, burst=10)  # per listener: a flood of refusals logs a few lines
@@ -69,7 +69,12 @@ async def handshake(sock: socket.socket, hs: ClientHandshake | ServerHandshake,
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     if tls is not None:
-        await tls.handshake(sock, timeout)
+        try:
+            await tls.handshake(sock, timeout)
+        except PlainPeer as exc:  # tell it, in the clear, why it is refused
+            hs.refuse(f"it requires TLS and this connection has none: {ADVICE}")
+            await loop.sock_sendall(sock, hs.data_to_send())
+            raise AuthenticationError(str(exc)) from exc
         early = tls.decrypt(b"")  # records that came with the end of the TLS handshake
         if early:
             hs.receive_data(early)
@@ -86,6 +91,10 @@ async def handshake(sock: socket.socket, hs: ClientHandshake | ServerHandshake,
         size = 4096 if tls is not None else min(hs.bytes_needed(), 4096)
         data = await asyncio.wait_for(loop.sock_recv(sock, size), remaining)
         if not data:
+            if tls is not None:
+                raise ConnectionResetError(
+                    "peer closed the connection during the handshake, after TLS (did it "
+                    "refuse this side's certificate? give both sides certificates of one CA)")
             raise ConnectionResetError("peer closed the connection during the handshake")
         hs.receive_data(tls.decrypt(data) if tls else data)
         out = hs.data_to_send()
@@ -240,7 +249,7 @@ async def connect(
         rest = await handshake(sock, ClientHandshake(secret, version, identity), tls=tls)
     except ssl.SSLError as exc:
         sock.close()
-        raise AuthenticationError(f"TLS handshake with {address} failed: {exc}") from exc
+        raise AuthenticationError(explain(exc, address)) from exc
     except BaseException:
         sock.close()
         raise

@@ -13,6 +13,15 @@ import socket
 import ssl
 
 from .. import config
+from .._wire._handshake import looks_like_handshake
+
+#: What to do when the two sides disagree on TLS.
+ADVICE = ("configure TLS on both sides or on neither (tls_cert, tls_key, tls_ca; "
+          "REGENCY_TLS_CERT, REGENCY_TLS_KEY, REGENCY_TLS_CA)")
+
+
+class PlainPeer(ConnectionError):
+    """A regency peer started its handshake in the clear on a connection that needs TLS."""
 
 
 def tls_contexts() -> tuple[ssl.SSLContext, ssl.SSLContext] | None:
@@ -46,12 +55,18 @@ class TlsSession:
         """Run the TLS handshake over ``sock``."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        first = True
         while True:
             try:
                 self.obj.do_handshake()
                 done = True
             except ssl.SSLWantReadError:
                 done = False
+            except ssl.SSLError:
+                alert = self._out.read()  # tell the peer why (a bad certificate, say)
+                if alert:
+                    await loop.sock_sendall(sock, alert)
+                raise
             out = self._out.read()
             if out:
                 await loop.sock_sendall(sock, out)
@@ -62,7 +77,12 @@ class TlsSession:
                 raise TimeoutError("TLS handshake took too long")
             data = await asyncio.wait_for(loop.sock_recv(sock, 65536), remaining)
             if not data:
-                raise ConnectionResetError("peer closed the connection during the TLS handshake")
+                raise ConnectionResetError(
+                    "peer closed the connection during the TLS handshake (does it use TLS? "
+                    f"{ADVICE})")
+            if first and self.obj.server_side and looks_like_handshake(data):
+                raise PlainPeer("a regency peer without TLS connected to this TLS listener")
+            first = False
             self._in.write(data)
 
     def encrypt(self, data: bytes | memoryview) -> bytes:
@@ -85,3 +105,20 @@ class TlsSession:
                 break
             chunks.append(chunk)
         return b"".join(chunks)
+
+
+def explain(exc: ssl.SSLError, address: str) -> str:
+    """Why a TLS handshake with ``address`` failed, in words that name the likely cause."""
+    reason = str(getattr(exc, "reason", "") or "").upper()
+    if reason in ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG",
+                  "HTTP_REQUEST", "UNKNOWN_PROTOCOL"):
+        why = f"the peer answered without TLS (it has no TLS configured?): {ADVICE}"
+    elif reason == "CERTIFICATE_VERIFY_FAILED":
+        why = ("the peer's certificate is not signed by the CA this side trusts (tls_ca): "
+               "give both sides certificates of one CA")
+    elif "ALERT" in reason or "CERTIFICATE_REQUIRED" in reason:
+        why = ("the peer refused this side's certificate (is it signed by the CA the peer "
+               "trusts?)")
+    else:
+        why = "the two sides could not agree"
+    return f"TLS handshake with {address} failed: {why} ({exc})"

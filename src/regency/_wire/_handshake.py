@@ -199,6 +199,10 @@ class _Handshake:
             self._unused += buf
             buf.clear()
 
+    def refuse(self, reason: str) -> None:
+        """Fail before any message, telling the peer ``reason`` in a REJECT."""
+        self._fail(reason)
+
     def _handle(self, kind: int, body: bytes) -> None:
         raise NotImplementedError
 
@@ -335,3 +339,10 @@ class ServerHandshake(_Handshake):
         mac = self._mac(b"server", self._peer_nonce, self._nonce, self._peer_identity_bytes)
         self._outbuf += _message(_OK, mac)
         self.done = True
+
+
+def looks_like_handshake(data: bytes | bytearray | memoryview) -> bool:
+    """Whether ``data`` (the first bytes a peer sent) begin a regency handshake in the clear
+    (a TLS peer's first byte is 0x16 instead)."""
+    head = bytes(data[: len(_MAGIC)])
+    return bool(head) and _MAGIC.startswith(head)

@@ -1,0 +1,158 @@
+"""SIGTERM: stop the way Ctrl-C does, within a bounded grace period.
+
+SLURM and Kubernetes stop a job with SIGTERM (then SIGKILL after their own grace period).
+Python's default for SIGTERM ends the process at once: no ``finally``, no ``atexit``, no
+``__cleanup__``. So where regency runs the process's main thread it routes SIGTERM:
+
+* **controller** (when its runtime starts): ``SystemExit(143)`` in the main thread, so the
+  script's ``finally`` blocks and ``atexit`` hooks run, and regency's own exit hook stops the
+  meshes (their actors' ``__cleanup__`` runs). The process exits with 143 (128 + SIGTERM).
+* **proc**: its actors' ``__cleanup__`` runs, then the proc ends *by* SIGTERM, so its owner's
+  supervision names the signal.
+* **worker** (``run_worker_loop_forever``): its procs are stopped (their ``__cleanup__``
+  runs), then it exits 0.
+
+Every path is bounded: ``sigterm_grace`` seconds after the first SIGTERM a timer ends the
+process whatever it is doing (procs left then die with their fork server). A second SIGTERM
+changes nothing. A handler the program installed itself (or SIG_IGN) is left alone: regency
+only replaces the default one, and only from the main thread.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+from .. import config
+from .._runtime import _output
+from . import _failfast
+
+__all__ = ["EXIT_CODE", "install_in_controller", "install_in_proc", "install_in_worker"]
+
+EXIT_CODE = 128 + int(signal.SIGTERM)  # 143: what a shell reports for a SIGTERMed process
+_state = {"received": False, "exiting": False}
+
+
+def received() -> bool:
+    """Whether this process got SIGTERM (and is on its way out)."""
+    return _state["received"]
+
+
+def exiting() -> None:
+    """The controller's exit hook has begun: a SIGTERM from now on only bounds it in time."""
+    _state["exiting"] = True
+
+
+def _may_install() -> bool:
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    return signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def _grace() -> float:
+    return float(config.get("sigterm_grace"))
+
+
+def _say(text: str) -> None:
+    try:
+        guard = _output.guard("stderr")
+        if guard is not None:
+            guard.interject(text + "\n")  # whole, after the script's open line
+        else:
+            sys.stderr.write(text + "\n")
+            sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def _first() -> bool:
+    """Record a SIGTERM; False when one came before (nothing more to do)."""
+    if _state["received"]:
+        return False
+    _state["received"] = True
+    return True
+
+
+def _deadline(action: Callable[[], None]) -> None:
+    """Run ``action`` ``sigterm_grace`` seconds from now, on a daemon timer."""
+    timer = threading.Timer(_grace(), action)
+    timer.daemon = True
+    timer.start()
+
+
+def _exit_now() -> None:
+    _say(f"regency: SIGTERM grace period ({_grace():g} s) is over: exiting now")
+    os._exit(EXIT_CODE)
+
+
+def die_by_sigterm() -> None:
+    """End this process by SIGTERM itself (its parent reads 'killed by signal SIGTERM')."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+    os._exit(EXIT_CODE)  # not reached unless SIGTERM is blocked in this thread
+
+
+# -- controller --------------------------------------------------------------------------------
+def install_in_controller() -> bool:
+    """Route SIGTERM like Ctrl-C in the controller (main thread; default handler only)."""
+    if not _may_install():
+        return False
+    signal.signal(signal.SIGTERM, _on_controller_sigterm)
+    return True
+
+
+def _on_controller_sigterm(sig: int, frame: FrameType | None) -> Any:
+    if _first():
+        _say(f"regency: terminated (SIGTERM): stopping the meshes and exiting "
+             f"(within {_grace():g} s)")
+        _deadline(_exit_now)
+    if _failfast.defer_interrupts.depth:
+        _failfast.defer_interrupts.pending = sig  # raised again when the section ends
+        return None
+    if _state["exiting"] or _failfast.reporting():
+        return None  # already on the way out; the timer bounds it
+    raise SystemExit(EXIT_CODE)
+
+
+# -- proc --------------------------------------------------------------------------------------
+def install_in_proc(schedule: Callable[[], object]) -> bool:
+    """On SIGTERM, call ``schedule`` (thread-safe: it must only hand work to the loop)."""
+    if not _may_install():
+        return False
+
+    def handler(sig: int, frame: FrameType | None) -> None:
+        if not _first():
+            return
+        _say(f"regency: this proc received SIGTERM: running __cleanup__ (within "
+             f"{_grace():g} s), then ending")
+        _deadline(die_by_sigterm)
+        schedule()
+
+    signal.signal(signal.SIGTERM, handler)
+    return True
+
+
+# -- worker ------------------------------------------------------------------------------------
+def install_in_worker(schedule: Callable[[], object]) -> bool:
+    """On SIGTERM, call ``schedule`` (hands the worker's stop to its loop)."""
+    if not _may_install():
+        return False
+
+    def handler(sig: int, frame: FrameType | None) -> None:
+        if not _first():
+            return
+        _deadline(_exit_now)
+        schedule()
+
+    signal.signal(signal.SIGTERM, handler)
+    return True
