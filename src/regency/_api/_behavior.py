@@ -24,7 +24,7 @@ from .._runtime._runtime import Runtime
 from .._wire import _messages as m
 from ..errors import MeshFailure, SupervisionError
 from ._actor import Actor, endpoints_of, is_async_actor
-from ._context import Context, Instance, empty_point, set_context
+from ._context import Context, Instance, set_context
 from ._ports import Port
 from ._proc_mesh import proc_mesh_of
 
@@ -70,7 +70,7 @@ class ActorBehavior:
             creator=msg.creator, mesh_uid=self.uid, _proc_mesh=msg.proc_mesh,
             _stop=self.request_stop, _proc=proc_mesh_of(rt),
         )
-        self.context = Context(self.instance, empty_point())
+        self.context = Context(self.instance, self.rank)  # __init__ and hooks: its own rank
         self.actor: Actor | None = None
         self.failure: MeshFailure | None = None
         self.tasks: set[asyncio.Task[Any]] = set()

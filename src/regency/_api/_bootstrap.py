@@ -22,7 +22,8 @@ from .._runtime import _current, _output
 from .._runtime._host_agent import HostAgent
 from .._runtime._malloc import reuse_freed_memory
 from .._runtime._runtime import Runtime
-from .._runtime._secret import configured_secret
+from .._runtime._secret import SecretError, configured_secret
+from .._runtime._user_secret import user_secret
 from .._wire import new_secret
 from . import _dispatch, _failfast
 from ._context import Context, Instance
@@ -43,7 +44,7 @@ def _start_controller() -> Runtime:
     if config.get("malloc_reuse"):
         reuse_freed_memory()
     job = secrets.token_hex(4)
-    rt = Runtime(secret=configured_secret() or new_secret(), job=job, role="controller")
+    rt = Runtime(secret=_controller_secret(), job=job, role="controller")
     ready = threading.Event()
     failure: list[BaseException] = []
 
@@ -75,6 +76,19 @@ def _start_controller() -> Runtime:
         atexit.register(_at_exit)
         _atexit_registered = True
     return rt
+
+
+def _controller_secret() -> bytes:
+    """The configured secret, else this user's (so that workers attach with no setup); a
+    random one when the user's file is unusable (local procs need nothing more, and
+    ``attach_to_workers`` says what is wrong with the file)."""
+    secret = configured_secret()
+    if secret is not None:
+        return secret
+    try:
+        return user_secret()
+    except SecretError:
+        return new_secret()
 
 
 set_starter(_start_controller)

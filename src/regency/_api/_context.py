@@ -72,7 +72,7 @@ class Instance:
     def __repr__(self) -> str:
         if self.creator is None and self.name == "root" and not self.class_name:
             return "<root>"
-        own = f"<{self.class_name} {self.name}{dict(self.rank)}>"
+        own = f"<{self.class_name} {self.name}{self.rank!r}>"
         return f"{self.creator!r}.{own}" if self.creator is not None else own
 
 
