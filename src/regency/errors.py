@@ -130,8 +130,13 @@ class MeshFailure:
         return "\n".join(lines)
 
     def __str__(self) -> str:
+        """Monarch's form: ``MeshFailure(mesh_name=..., crashed_ranks=[1], event=Supervision
+        event: actor <...> failed:\n  <cause>)``."""
+        name = self.mesh_name.rsplit("-", 1)[0]
+        where = self.coords[0] if len(self.coords) == 1 else ""
+        actor = f"<{self.actor_class} {name}{where}>" if self.actor_class else name
         return (f"MeshFailure(mesh_name={self.mesh_name}, crashed_ranks={self.ranks}, "
-                f"cause={self.cause})")
+                f"event=Supervision event: actor {actor} failed:\n  {self.cause})")
 
 
 class SupervisionError(RegencyError, RuntimeError):

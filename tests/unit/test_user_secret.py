@@ -49,7 +49,7 @@ def test_a_file_others_can_read_is_refused(home: Path) -> None:
     user_secret()
     path = user_secret_path()
     path.chmod(0o644)
-    with pytest.raises(SecretError, match="readable by others.*chmod 600"):
+    with pytest.raises(SecretError, match=r"readable by others.*chmod 600"):
         user_secret()
     with pytest.raises(SecretError, match="attach_to_workers needs the job secret"):
         job_secret("attach_to_workers")

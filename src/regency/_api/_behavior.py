@@ -216,7 +216,9 @@ class ActorBehavior:
                                (None, type(exc).__name__, text, "", self._label(name)))
 
     def _label(self, name: str) -> str:
-        return f"{self.instance.actor_id}.{name}"
+        """``"<name>.<endpoint> on <actor id>"``: Monarch's words first (``Actor call w.step
+        failed.``), then which member."""
+        return f"{self.instance.name}.{name} on {self.instance.actor_id}"
 
     def _on_exception(self, exc: Exception, name: str, port: Any, explicit: bool) -> None:
         if port is None or explicit:
