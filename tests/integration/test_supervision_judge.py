@@ -79,9 +79,9 @@ def test_calls_and_spawns_after_a_kill_9_are_refused_at_once(unhandled_failures)
         assert list(mesh.incr.call().get(timeout=T).values()) == [1, 1]
         kill_rank(mesh, 1)
         unhandled_failures.wait_for("SIGKILL")  # the machine heard of the exit
-        with pytest.raises(SupervisionError, match=r"Endpoint call victims\.incr\(\) failed: rank 1 "
-                                                   r"of mesh 'victims-\w+' .*lost its proc .*"
-                                                   r"the proc killed by signal SIGKILL"):
+        with pytest.raises(SupervisionError, match=r"Endpoint call victims\.incr\(\) failed: "
+                                                   r"rank 1 of mesh 'victims-\w+' .*lost its proc "
+                                                   r".*the proc killed by signal SIGKILL"):
             mesh.incr.call()
         with pytest.raises(SupervisionError, match="the procs of rank 1 are dead"):
             procs.spawn("more", Counter)

@@ -76,7 +76,8 @@ def proc_failure(uid: str, ranks: list[int], actor_class: str = "app.Worker", pi
     return MeshFailure(mesh_name=uid, ranks=ranks, actor_class=actor_class, host="hostA",
                        pid=pid,
                        cause=(f"the process this actor was running on "
-                              f"{say.process_failed(cause)} (the proc {cause})"), last_lines=["last words"], time=12.5)
+                              f"{say.process_failed(cause)} (the proc {cause})"),
+                       last_lines=["last words"], time=12.5)
 
 
 def actor_failure(uid: str, rank: int, cause: str = "ValueError: boom") -> MeshFailure:
@@ -179,7 +180,8 @@ def test_slices_that_exclude_failed_ranks_keep_working(state: SupervisionState) 
     assert state.check_call("w-1", [0, 2]) is None
     assert state.handle(call(2, "w-1", [2]), CallFinished(1, cause_id="done")) == []
     assert state.statistics().pending_calls == 1
-    assert "rank 1 of mesh 'w-1' and all its descendants have failed" in (state.check_call("w-1", [0, 1]) or "")
+    refusal = state.check_call("w-1", [0, 1]) or ""
+    assert "rank 1 of mesh 'w-1' and all its descendants have failed" in refusal
 
 
 def test_a_new_call_to_a_failed_rank_fails_at_once(state: SupervisionState) -> None:
@@ -187,7 +189,8 @@ def test_a_new_call_to_a_failed_rank_fails_at_once(state: SupervisionState) -> N
     state.handle(spawn("w-1", {0: "p0", 1: "p1"}), ActorFailed("w-1", 1, failure, cause_id="b"))
     assert state.handle(call(5, "w-1", [0, 1], "ping")) == [
         FailCalls((5,), "Endpoint call w.ping() failed: rank 1 of mesh 'w-1' and all its "
-                  "descendants have failed (app.Worker): ValueError: boom", failure, cause_id="call-5"),
+                  "descendants have failed (app.Worker): ValueError: boom", failure,
+                  cause_id="call-5"),
     ]
     assert state.statistics().pending_calls == 0
 
