@@ -16,7 +16,8 @@ API = Path(__file__).resolve().parents[2] / "src" / "regency" / "_api"  # read, 
 #: The layers, lowest first; a module may import only from its own layer and those before.
 LAYERS: list[tuple[str, set[str]]] = [
     ("base: records, values, replies, fail fast, futures, hooks before the mailbox",
-     {"_actor", "_value_mesh", "_replies", "_failfast", "_supervise", "_future", "_intercept"}),
+     {"_actor", "_value_mesh", "_replies", "_failfast", "_supervise", "_future", "_intercept",
+      "_bootstrap_command"}),
     ("supervision: the supervisor that feeds the pure state machine",
      {"_supervisor"}),
     ("state: what the API layer keeps per runtime",
@@ -32,7 +33,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("dispatch: the table of system-message handlers",
      {"_dispatch"}),
     ("entry: starting a controller, a proc, a worker",
-     {"_bootstrap", "_proc_main", "_workers"}),
+     {"_bootstrap", "_proc_main", "_workers", "_bootstrap_main"}),
 ]
 
 #: Imports inside functions that stay, as (module, imported module): each is a lazy feature.

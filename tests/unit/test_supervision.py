@@ -237,7 +237,7 @@ def test_unhandled_failure_fails_the_owner_with_the_chain(state: SupervisionStat
             chain=[failure.report()], time=9.0), cause_id="sv"),
     ])
     report = actions[0].failure.report()  # type: ignore[attr-defined]
-    assert "This failure happened while handling another one:" in report
+    assert "This error occurred while handling another failure:" in report
     assert "ValueError: boom" in report
 
 

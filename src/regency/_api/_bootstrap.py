@@ -35,12 +35,10 @@ from ._stopping import stop_everything
 
 __all__ = ["enable_transport", "root_context_of", "runtime", "shutdown_context"]
 
-_atexit_registered = False
 
 
 def _start_controller() -> Runtime:
     """Start this process's controller runtime (called by ``runtime()``, under its lock)."""
-    global _atexit_registered
     if config.get("malloc_reuse"):
         reuse_freed_memory()
     job = secrets.token_hex(4)
@@ -72,9 +70,6 @@ def _start_controller() -> Runtime:
     _failfast.reset()
     _failfast.install_handler()
     _current.set_runtime(rt)
-    if not _atexit_registered:
-        atexit.register(_at_exit)
-        _atexit_registered = True
     return rt
 
 
@@ -168,3 +163,8 @@ def enable_transport(transport: str) -> None:
         raise ValueError(f"unknown transport {transport!r}; use 'unix' or 'tcp'")
     config.configure(default_transport=aliases[name])
 
+
+# Registered on import, before the script's own handlers: atexit runs them last first, so the
+# script's handlers run before this one, which may end the process with os._exit (a failure
+# that came after the script's last line must not exit 0).
+atexit.register(_at_exit)

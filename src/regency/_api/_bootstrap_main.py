@@ -12,6 +12,8 @@ import pickle
 import sys
 from typing import Any
 
+from ._proc_main import run_proc
+
 
 def _request() -> dict[str, Any]:
     fd_text = os.environ.pop("REGENCY_PROC_SPEC_FD", "")
@@ -32,8 +34,6 @@ def main() -> int:
             sys.path.append(path)
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     sys.stderr.reconfigure(line_buffering=True)  # type: ignore[union-attr]
-    from ._proc_main import run_proc
-
     return int(run_proc(req["spec"]) or 0)
 
 
