@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-
 from _parity_actors import AsyncOwner, Faulty, Owner, RankAtInit
+
 from regency.actor import (
     ActorError,
     BootstrapCommand,

@@ -80,5 +80,5 @@ def test_the_concurrent_submodule_is_monarchs() -> None:
     from regency.actor.concurrent import concurrent_endpoint as from_submodule
 
     assert from_submodule is regency.actor.concurrent_endpoint
-    with pytest.raises(ValueError, match="^concurrent_endpoint can only wrap async endpoints"):
+    with pytest.raises(ValueError, match=r"^concurrent_endpoint can only wrap async endpoints"):
         from_submodule(lambda self: None)
