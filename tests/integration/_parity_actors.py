@@ -123,3 +123,14 @@ class AsyncOwner(Actor):
 
     async def __supervise__(self, failure: MeshFailure) -> bool:
         raise KeyError("the async supervisor's own error")
+
+
+class AsyncHookOnSyncActor(Actor):
+    """A sync actor with an async ``__supervise__``: refused at spawn, as in Monarch."""
+
+    @endpoint
+    def f(self) -> int:
+        return 1
+
+    async def __supervise__(self, failure: MeshFailure) -> bool:
+        return True

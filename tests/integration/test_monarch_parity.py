@@ -247,3 +247,27 @@ def test_a_bootstrap_command_that_cannot_run_fails_the_spawn(unhandled_failures:
         assert any("No such file or directory" in f.report() for f in failures)
     finally:
         procs.stop().get(timeout=T)
+
+
+def test_a_sync_actor_with_an_async_hook_is_refused_in_monarchs_words(procs: Any) -> None:
+    from _parity_actors import AsyncHookOnSyncActor
+
+    with pytest.raises(ValueError, match=r"has sync endpoints, but an async __supervise__\. "
+                                         r"Make sure __supervise__ is also synchronous"):
+        procs.spawn("mixed_hooks", AsyncHookOnSyncActor)
+
+
+def test_slices_taken_before_or_after_a_failure_inherit_it(unhandled_failures: Any) -> None:
+    procs = fresh()
+    try:
+        w = procs.spawn("sliced", Faulty)
+        before = w.slice(gpus=1)
+        w.ok.call().get(timeout=T)
+        before.boom.broadcast()  # no reply port: the actor fails
+        unhandled_failures.wait_for("boom here")
+        for one in (before, w.slice(gpus=1), w):
+            with pytest.raises(SupervisionError, match="and all its descendants have failed"):
+                one.ok.call().get(timeout=T)
+        assert list(w.slice(gpus=0).ok.call().get(timeout=T).values()) == [1]
+    finally:
+        procs.stop().get(timeout=T)
