@@ -72,7 +72,8 @@ def test_a_failed_init_says_all_its_descendants_have_failed(unhandled_failures: 
     try:
         w = procs.spawn("badinit", Faulty, True)
         with pytest.raises(SupervisionError, match=r"Endpoint call badinit\.ok\(\) failed"
-                                                   r".*and all its descendants have failed"
+                                                   r".*The actor .* and all its descendants "
+                                                   r"have failed"
                                                    r".*ValueError: bad init"):
             w.ok.call().get(timeout=T)
         failure = unhandled_failures.wait_for("bad init")[0]
@@ -92,7 +93,8 @@ def test_a_killed_proc_says_killed_sig_9(unhandled_failures: Any) -> None:
         w.ok.call().get(timeout=T)
         kill_rank(w, 1)
         unhandled_failures.wait_for("Killed(sig=9)")
-        with pytest.raises(SupervisionError, match=r"and all its descendants have failed: the "
+        with pytest.raises(SupervisionError, match=r"The actor .* and all its descendants have "
+                                                   r"failed: the "
                                                    r"process this actor was running on failed: "
                                                    r"Killed\(sig=9\)"):
             w.ok.call().get(timeout=T)

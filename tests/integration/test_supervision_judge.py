@@ -97,9 +97,9 @@ def test_a_call_to_a_failed_rank_is_refused_at_once(unhandled_failures) -> None:
         mesh = procs.spawn("failing", Counter, 0)
         mesh.slice(gpus=1).fail.broadcast("fails on purpose")
         unhandled_failures.wait_for("fails on purpose")  # the machine took the failure in
-        with pytest.raises(SupervisionError, match=r"rank 1 of mesh 'failing-\w+' and all its "
-                                                   r"descendants have failed "
-                                                   r"\(.*Counter\): .*fails on purpose"):
+        with pytest.raises(SupervisionError, match=r"rank 1 of mesh 'failing-\w+' failed: The "
+                                                   r"actor .*Counter and all its descendants "
+                                                   r"have failed: .*fails on purpose"):
             mesh.value.call()
         assert mesh.slice(gpus=0).value.call_one().get(timeout=T) == 0
     finally:

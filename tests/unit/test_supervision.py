@@ -87,9 +87,7 @@ def actor_failure(uid: str, rank: int, cause: str = "ValueError: boom") -> MeshF
 
 
 def lost(uid: str, ranks: str, addr: str, cause: str = KILL9) -> str:
-    return (f"{ranks} of mesh {uid!r} and all its descendants have failed: the process this "
-            f"actor was running on {say.process_failed(cause)} (lost its proc {addr}: the proc "
-            f"{cause})")
+    return f"{ranks} of mesh {uid!r} {say.why_proc_lost(addr, cause)}"
 
 
 @pytest.fixture
@@ -164,8 +162,8 @@ def test_actor_exception_fails_its_calls_and_reaches_the_root_hook(
                  call(1, "w-1", [0, 1, 2]), call(2, "w-1", [0, 2]), call(3, "w-1", [1], "ping"))
     failure = actor_failure("w-1", 1)
     actions = state.handle(ActorFailed("w-1", 1, failure, cause_id="boom"))
-    why = ("rank 1 of mesh 'w-1' and all its descendants have failed (app.Worker): "
-           "ValueError: boom")
+    why = ("rank 1 of mesh 'w-1' failed: The actor app.Worker and all its descendants have "
+           "failed: ValueError: boom")
     assert actions == [
         FailCalls((1,), f"Endpoint call w.step() failed: {why}", failure, cause_id="boom"),
         FailCalls((3,), f"Endpoint call w.ping() failed: {why}", failure, cause_id="boom"),
@@ -181,15 +179,15 @@ def test_slices_that_exclude_failed_ranks_keep_working(state: SupervisionState) 
     assert state.handle(call(2, "w-1", [2]), CallFinished(1, cause_id="done")) == []
     assert state.statistics().pending_calls == 1
     refusal = state.check_call("w-1", [0, 1]) or ""
-    assert "rank 1 of mesh 'w-1' and all its descendants have failed" in refusal
+    assert "rank 1 of mesh 'w-1' failed: The actor app.Worker and all its descendants" in refusal
 
 
 def test_a_new_call_to_a_failed_rank_fails_at_once(state: SupervisionState) -> None:
     failure = actor_failure("w-1", 1)
     state.handle(spawn("w-1", {0: "p0", 1: "p1"}), ActorFailed("w-1", 1, failure, cause_id="b"))
     assert state.handle(call(5, "w-1", [0, 1], "ping")) == [
-        FailCalls((5,), "Endpoint call w.ping() failed: rank 1 of mesh 'w-1' and all its "
-                  "descendants have failed (app.Worker): ValueError: boom", failure,
+        FailCalls((5,), "Endpoint call w.ping() failed: rank 1 of mesh 'w-1' failed: The actor "
+                  "app.Worker and all its descendants have failed: ValueError: boom", failure,
                   cause_id="call-5"),
     ]
     assert state.statistics().pending_calls == 0

@@ -46,19 +46,20 @@ def call_failed(name: str, endpoint: str, reason: str) -> str:
 
 def why_actor_failed(actor_class: str, cause: str) -> str:
     """The actor raised or otherwise failed (with Monarch's words for it)."""
-    who = f" ({actor_class})" if actor_class else ""
-    return f"and all its descendants have failed{who}: {cause}"
+    who = actor_class or "there"
+    return f"failed: The actor {who} and all its descendants have failed: {cause}"
 
 
 def why_proc_lost(addr: str, cause: str) -> str:
     """The proc hosting the ranks exited; ``cause`` completes "the proc ...".
 
-    Monarch's words come first (``and all its descendants have failed: the process this
-    actor was running on failed: Killed(sig=9)``), so that a ported ``pytest.raises(match=...)``
-    still matches; then which proc and why, in our words.
+    Monarch's words come first (``The actor there and all its descendants have failed: the
+    process this actor was running on failed: Killed(sig=9)``), so that a ported
+    ``pytest.raises(match=...)`` still matches; then which proc and why, in our words.
     """
-    return (f"and all its descendants have failed: the process this actor was running on "
-            f"{process_failed(cause)} (lost its proc {addr}: the proc {cause})")
+    return (f"failed: The actor there and all its descendants have failed: the process this "
+            f"actor was running on {process_failed(cause)} (lost its proc {addr}: the proc "
+            f"{cause})")
 
 
 def process_failed(cause: str) -> str:
