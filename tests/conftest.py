@@ -15,7 +15,10 @@ Leftovers are killed after being reported, so that one leak does not cascade int
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,6 +29,10 @@ import pytest
 SESSION_TAG_VAR = "REGENCY_TEST_SESSION_TAG"
 SESSION_TAG = uuid.uuid4().hex
 os.environ[SESSION_TAG_VAR] = SESSION_TAG
+# With no secret configured, regency keys connections with the user's secret file (ADR 0019):
+# keep this session's in a folder of its own rather than in the developer's home.
+os.environ["XDG_CONFIG_HOME"] = _CONFIG_HOME = tempfile.mkdtemp(prefix="regency-tests-config-")
+atexit.register(shutil.rmtree, _CONFIG_HOME, True)
 
 ZYGOTE_MARK = "regency._runtime._zygote"
 

@@ -111,7 +111,8 @@ class MeshFailure:
         where = ", ".join(
             f"rank {r} {c}" if c else f"rank {r}" for r, c in zip(self.ranks, coords)
         ) or "no rank"
-        lines = [f"mesh {self.mesh_name!r} failed: {where}"]
+        lines = [f"The actor {self._actor_text()} and all its descendants have failed:",
+                 f"  {self.cause}", f"mesh {self.mesh_name!r} failed: {where}"]
         if self.actor_class:
             lines.append(f"  actor:    {self.actor_class}")
         if self.endpoint:
@@ -125,13 +126,21 @@ class MeshFailure:
             lines.append(f"  last {len(self.last_lines)} lines printed by the proc:")
             lines.extend("    | " + ln for ln in self.last_lines)
         for earlier in self.chain:
-            lines.append("This failure happened while handling another one:")
+            lines.append("This error occurred while handling another failure:")
             lines.extend("    " + ln for ln in earlier.splitlines())
         return "\n".join(lines)
 
     def __str__(self) -> str:
+        """Monarch's form: ``MeshFailure(mesh_name=..., crashed_ranks=[1], event=Supervision
+        event: actor <...> failed:\n  <cause>)``."""
         return (f"MeshFailure(mesh_name={self.mesh_name}, crashed_ranks={self.ranks}, "
-                f"cause={self.cause})")
+                f"event=Supervision event: actor {self._actor_text()} failed:\n  {self.cause})")
+
+    def _actor_text(self) -> str:
+        """``<module.Class name{'gpus': 1}>``, as Monarch names the failed actor."""
+        name = self.mesh_name.rsplit("-", 1)[0]
+        where = self.coords[0] if len(self.coords) == 1 else ""
+        return f"<{self.actor_class} {name}{where}>" if self.actor_class else name
 
 
 class SupervisionError(RegencyError, RuntimeError):

@@ -237,9 +237,10 @@ def test_a_ca_argument_is_refused_rather_than_ignored(tmp_path, monkeypatch) -> 
 
     monkeypatch.delenv("REGENCY_SECRET", raising=False)  # the accepted case stops there
     monkeypatch.delenv("REGENCY_SECRET_FILE", raising=False)
-
     ca = tmp_path / "ca.pem"
     ca.write_text("not used")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(ca))  # no user secret can be made under a file
+
     with pytest.raises(ValueError, match="tls_ca"):
         attach_to_workers(["tcp://127.0.0.1:9"], ca=str(ca))
     with pytest.raises(ValueError, match="tls_ca"):

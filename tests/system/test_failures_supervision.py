@@ -112,7 +112,7 @@ def test_an_unhandled_failure_fails_the_owner_and_reaches_the_controller(
     assert "_failure_actors.Victim" in child and "endpoint: boom" in child
     assert "ValueError: worker failed on purpose" in child
     report = f.report()
-    assert "This failure happened while handling another one" in report
+    assert "This error occurred while handling another failure" in report
     assert "ValueError: worker failed on purpose" in report
     # the owner is failed: calling it fails at once, naming why
     with pytest.raises(SupervisionError, match="did not handle"):
@@ -229,7 +229,7 @@ def test_a_nested_failure_fails_fast_at_the_controller(tmp_path) -> None:
         err = run.stderr
         assert err.count("=== regency: unhandled failure") == 1, describe(run)
         for text in ("mesh 'manager-", "__main__.Manager", "did not handle",
-                     "This failure happened while handling another one", "mesh 'workers-",
+                     "This error occurred while handling another failure", "mesh 'workers-",
                      "rank 1 {'w': 1}", "__main__.Victim", "endpoint: boom",
                      "ValueError: nested failure"):
             assert text in err, f"{text!r} missing\n{describe(run)}"

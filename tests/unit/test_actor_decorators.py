@@ -64,11 +64,21 @@ def test_mixing_sync_and_async_is_rejected() -> None:
 
 
 def test_concurrent_endpoint_needs_async_and_no_stacking() -> None:
-    with pytest.raises(ValueError, match="needs an async def"):
+    with pytest.raises(ValueError, match="concurrent_endpoint can only wrap async endpoints"):
         concurrent_endpoint(lambda self: None)
 
     async def f(self: object) -> None: ...
 
-    with pytest.raises(ValueError, match="do not stack"):
+    with pytest.raises(ValueError, match="concurrent_endpoint does not wrap @endpoint"):
         concurrent_endpoint(endpoint(f))
     assert Async.__dict__["c"].concurrent
+
+
+def test_the_concurrent_submodule_is_monarchs() -> None:
+    """``regency.actor.concurrent`` as ``monarch.actor.concurrent``: the same decorator."""
+    import regency.actor
+    from regency.actor.concurrent import concurrent_endpoint as from_submodule
+
+    assert from_submodule is regency.actor.concurrent_endpoint
+    with pytest.raises(ValueError, match=r"^concurrent_endpoint can only wrap async endpoints"):
+        from_submodule(lambda self: None)

@@ -17,7 +17,7 @@ API = Path(__file__).resolve().parents[2] / "src" / "regency" / "_api"  # read, 
 LAYERS: list[tuple[str, set[str]]] = [
     ("base: records, values, replies, fail fast, SIGTERM, futures, hooks before the mailbox",
      {"_actor", "_value_mesh", "_replies", "_sealed", "_failfast", "_terminate", "_supervise",
-      "_future", "_intercept"}),
+      "_future", "_intercept", "_bootstrap_command"}),
     ("supervision: the supervisor that feeds the pure state machine",
      {"_supervisor"}),
     ("state: what the API layer keeps per runtime",
@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("dispatch: the table of system-message handlers",
      {"_dispatch"}),
     ("entry: starting a controller, a proc, a worker",
-     {"_bootstrap", "_proc_main", "_workers"}),
+     {"_bootstrap", "_proc_main", "_workers", "_bootstrap_main"}),
 ]
 
 #: Imports inside functions that stay, as (module, imported module): each is a lazy feature.

@@ -36,6 +36,7 @@ from regency._supervision import (
     SuperviseDone,
     SupervisionState,
 )
+from regency._supervision import _reasons as say
 from regency._supervision._state import TRANSITIONS, Loss
 from regency.errors import InternalError, MeshFailure
 
@@ -73,7 +74,10 @@ def killed(addr: str, pid: int = 4242, cause: str = KILL9, expected: bool = Fals
 def proc_failure(uid: str, ranks: list[int], actor_class: str = "app.Worker", pid: int = 4242,
                  cause: str = KILL9) -> MeshFailure:
     return MeshFailure(mesh_name=uid, ranks=ranks, actor_class=actor_class, host="hostA",
-                       pid=pid, cause=f"the proc {cause}", last_lines=["last words"], time=12.5)
+                       pid=pid,
+                       cause=(f"the process this actor was running on "
+                              f"{say.process_failed(cause)} (the proc {cause})"),
+                       last_lines=["last words"], time=12.5)
 
 
 def actor_failure(uid: str, rank: int, cause: str = "ValueError: boom") -> MeshFailure:
@@ -83,7 +87,7 @@ def actor_failure(uid: str, rank: int, cause: str = "ValueError: boom") -> MeshF
 
 
 def lost(uid: str, ranks: str, addr: str, cause: str = KILL9) -> str:
-    return f"{ranks} of mesh {uid!r} lost its proc {addr}: the proc {cause}"
+    return f"{ranks} of mesh {uid!r} {say.why_proc_lost(addr, cause)}"
 
 
 @pytest.fixture
@@ -158,7 +162,8 @@ def test_actor_exception_fails_its_calls_and_reaches_the_root_hook(
                  call(1, "w-1", [0, 1, 2]), call(2, "w-1", [0, 2]), call(3, "w-1", [1], "ping"))
     failure = actor_failure("w-1", 1)
     actions = state.handle(ActorFailed("w-1", 1, failure, cause_id="boom"))
-    why = "rank 1 of mesh 'w-1' failed (app.Worker): ValueError: boom"
+    why = ("rank 1 of mesh 'w-1' failed: The actor app.Worker and all its descendants have "
+           "failed: ValueError: boom")
     assert actions == [
         FailCalls((1,), f"Endpoint call w.step() failed: {why}", failure, cause_id="boom"),
         FailCalls((3,), f"Endpoint call w.ping() failed: {why}", failure, cause_id="boom"),
@@ -173,15 +178,17 @@ def test_slices_that_exclude_failed_ranks_keep_working(state: SupervisionState) 
     assert state.check_call("w-1", [0, 2]) is None
     assert state.handle(call(2, "w-1", [2]), CallFinished(1, cause_id="done")) == []
     assert state.statistics().pending_calls == 1
-    assert "rank 1 of mesh 'w-1' failed" in (state.check_call("w-1", [0, 1]) or "")
+    refusal = state.check_call("w-1", [0, 1]) or ""
+    assert "rank 1 of mesh 'w-1' failed: The actor app.Worker and all its descendants" in refusal
 
 
 def test_a_new_call_to_a_failed_rank_fails_at_once(state: SupervisionState) -> None:
     failure = actor_failure("w-1", 1)
     state.handle(spawn("w-1", {0: "p0", 1: "p1"}), ActorFailed("w-1", 1, failure, cause_id="b"))
     assert state.handle(call(5, "w-1", [0, 1], "ping")) == [
-        FailCalls((5,), "Endpoint call w.ping() failed: rank 1 of mesh 'w-1' failed "
-                  "(app.Worker): ValueError: boom", failure, cause_id="call-5"),
+        FailCalls((5,), "Endpoint call w.ping() failed: rank 1 of mesh 'w-1' failed: The actor "
+                  "app.Worker and all its descendants have failed: ValueError: boom", failure,
+                  cause_id="call-5"),
     ]
     assert state.statistics().pending_calls == 0
 
@@ -228,7 +235,7 @@ def test_unhandled_failure_fails_the_owner_with_the_chain(state: SupervisionStat
             chain=[failure.report()], time=9.0), cause_id="sv"),
     ])
     report = actions[0].failure.report()  # type: ignore[attr-defined]
-    assert "This failure happened while handling another one:" in report
+    assert "This error occurred while handling another failure:" in report
     assert "ValueError: boom" in report
 
 
@@ -386,7 +393,7 @@ def test_check_spawn_refuses_dead_procs_and_accepts_a_healthy_slice(
     message = state.check_spawn("procs-1")
     assert message is not None
     assert "Cannot spawn new actors on proc mesh 'procs' (procs-1)" in message
-    assert "rank 1: lost its proc p1: the proc was killed by signal 9" in message
+    assert "lost its proc p1: the proc was killed by signal 9" in message
     assert "Spawn on a slice of the mesh that excludes rank 1" in message
     assert state.check_spawn("procs-1", [0, 2]) is None
     assert state.check_spawn("elsewhere-1") is None

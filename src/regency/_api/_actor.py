@@ -136,12 +136,14 @@ def concurrent_endpoint(
     """
 
     def wrap(fn: Callable[..., Any]) -> Any:
-        if isinstance(fn, EndpointProperty):
-            raise ValueError(f"do not stack @concurrent_endpoint on @endpoint ({fn.name})")
+        if isinstance(fn, EndpointProperty):  # Monarch's words, then ours
+            raise ValueError(
+                "concurrent_endpoint does not wrap @endpoint; pass endpoint options to "
+                f"@concurrent_endpoint (on {fn.name}: remove the inner decorator)")
         if not inspect.iscoroutinefunction(fn):
             raise ValueError(
-                f"@concurrent_endpoint needs an async def method; {fn.__qualname__} is sync"
-            )
+                f"concurrent_endpoint can only wrap async endpoints: {fn.__qualname__} is a "
+                "sync def; make it `async def`, or use @endpoint")
         return EndpointProperty(fn, explicit_response_port=explicit_response_port,
                                 concurrent=True, propagate=propagate, instrument=instrument)
 

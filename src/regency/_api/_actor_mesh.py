@@ -154,6 +154,9 @@ def _check_hooks(Class: type) -> None:
     for hook in ("__cleanup__", "__supervise__"):
         fn = getattr(Class, hook, None)
         if fn is not None and inspect.iscoroutinefunction(fn):
-            raise ValueError(f"{Class.__qualname__} is a sync actor, so {hook} must be sync too")
+            raise ValueError(  # Monarch's words, then ours
+                f"{Class!r} has sync endpoints, but an async {hook}. Make sure {hook} is also "
+                f"synchronous ({Class.__qualname__} is a sync actor: make {hook} a plain def, "
+                "or make every endpoint async def)")
 
 

@@ -24,7 +24,7 @@ from .._runtime._runtime import Runtime
 from .._wire import _messages as m
 from ..errors import MeshFailure, SupervisionError
 from ._actor import Actor, endpoints_of, is_async_actor
-from ._context import Context, Instance, empty_point, set_context
+from ._context import Context, Instance, _current, set_context
 from ._ports import Port
 from ._proc_mesh import proc_mesh_of
 from ._sealed import seal
@@ -69,9 +69,9 @@ class ActorBehavior:
             actor_id=f"{self.uid}{dict(self.rank)}", name=msg.name,
             class_name=self.class_name, rank=self.rank, proc_id=rt.address,
             creator=msg.creator, mesh_uid=self.uid, _proc_mesh=msg.proc_mesh,
-            _stop=self.request_stop, _proc=proc_mesh_of(rt),
+            _stop=self.request_stop, _abort=self.abort, _proc=proc_mesh_of(rt),
         )
-        self.context = Context(self.instance, empty_point())
+        self.context = Context(self.instance, self.rank)  # __init__ and hooks: its own rank
         self.actor: Actor | None = None
         self.failure: MeshFailure | None = None
         self.tasks: set[asyncio.Task[Any]] = set()
@@ -80,6 +80,7 @@ class ActorBehavior:
         self.before_reply: Callable[[], None] | None = None  # set by a sync actor's cell
         self._status = rt.status_page  # shared with the host agent: the endpoint in flight
         self.failed_exc: BaseException | None = None  # why it failed, for __cleanup__
+        self.aborting: str | None = None  # Instance.abort(): fail once the message is done
         self._status_names: dict[str, bytes] = {}
 
     # -- construction ------------------------------------------------------------------------
@@ -126,6 +127,7 @@ class ActorBehavior:
         finally:
             if self._status is not None:
                 self._status[:1] = b"\0"  # nothing in flight
+        self._apply_abort()
         if self.failure is not None and not self.cleaned:
             self.cleanup(self.failed_exc)
         return None
@@ -168,6 +170,7 @@ class ActorBehavior:
         finally:
             if self._status is not None:
                 self._status[:1] = b"\0"  # nothing in flight
+        self._apply_abort()
         if self.failure is not None and not self.cleaned:
             await self._cleanup_async(self.failed_exc)
 
@@ -217,7 +220,9 @@ class ActorBehavior:
                                (None, type(exc).__name__, text, "", self._label(name)))
 
     def _label(self, name: str) -> str:
-        return f"{self.instance.actor_id}.{name}"
+        """``"<name>.<endpoint> on <actor id>"``: Monarch's words first (``Actor call w.step
+        failed.``), then which member."""
+        return f"{self.instance.name}.{name} on {self.instance.actor_id}"
 
     def _on_exception(self, exc: Exception, name: str, port: Any, explicit: bool) -> None:
         if port is None or explicit:
@@ -299,11 +304,30 @@ class ActorBehavior:
         self.rt.send_sys(self.owner, m.ActorFailed(self.uid, self.g, failure, self.owner_uid))
         return self.cleanup(exc)
 
+    def abort(self, reason: str | None) -> None:
+        """``Instance.abort``: fail this actor on purpose (with Monarch's words)."""
+        why = reason if reason is not None else "no reason given"
+        self.aborting = f"actor explicitly aborted due to: {why}"
+        try:
+            in_message = isinstance(_current.get(), MessageContext)
+        except LookupError:
+            in_message = False
+        if not in_message:  # else after the message: its caller gets its answer, as in Monarch
+            self._apply_abort()
+
+    def _apply_abort(self) -> None:
+        if self.aborting is not None:
+            self.fail(None, None, cause=self.aborting)
+
     # -- stopping ----------------------------------------------------------------------------
     def request_stop(self, reason: str) -> None:
         """Self-stop (``context().actor_instance.stop()``): messages after this one are refused."""
         self.stop_requested = reason
         self.rt.send_sys(self.rt.address, m.StopActor(self.uid, reason, None))
+
+    def release(self) -> None:
+        """Drop the user's object once stopped, so that its finalizer (``__del__``) runs."""
+        self.actor = None
 
     def cleanup(self, exc: BaseException | None) -> Any:
         """Run ``__cleanup__`` once (returns a coroutine for async actors).

@@ -22,7 +22,8 @@ from .._runtime import _current, _output
 from .._runtime._host_agent import HostAgent
 from .._runtime._malloc import reuse_freed_memory
 from .._runtime._runtime import Runtime
-from .._runtime._secret import configured_secret
+from .._runtime._secret import SecretError, configured_secret
+from .._runtime._user_secret import user_secret
 from .._wire import new_secret
 from . import _dispatch, _failfast, _terminate
 from ._context import Context, Instance
@@ -34,16 +35,14 @@ from ._stopping import stop_everything
 
 __all__ = ["enable_transport", "root_context_of", "runtime", "shutdown_context"]
 
-_atexit_registered = False
 
 
 def _start_controller() -> Runtime:
     """Start this process's controller runtime (called by ``runtime()``, under its lock)."""
-    global _atexit_registered
     if config.get("malloc_reuse"):
         reuse_freed_memory()
     job = secrets.token_hex(4)
-    rt = Runtime(secret=configured_secret() or new_secret(), job=job, role="controller")
+    rt = Runtime(secret=_controller_secret(), job=job, role="controller")
     ready = threading.Event()
     failure: list[BaseException] = []
 
@@ -72,10 +71,20 @@ def _start_controller() -> Runtime:
     _failfast.install_handler()
     _terminate.install_in_controller()  # SIGTERM (SLURM, Kubernetes) stops like Ctrl-C
     _current.set_runtime(rt)
-    if not _atexit_registered:
-        atexit.register(_at_exit)
-        _atexit_registered = True
     return rt
+
+
+def _controller_secret() -> bytes:
+    """The configured secret, else this user's (so that workers attach with no setup); a
+    random one when the user's file is unusable (local procs need nothing more, and
+    ``attach_to_workers`` says what is wrong with the file)."""
+    secret = configured_secret()
+    if secret is not None:
+        return secret
+    try:
+        return user_secret()
+    except SecretError:
+        return new_secret()
 
 
 set_starter(_start_controller)
@@ -156,3 +165,8 @@ def enable_transport(transport: str) -> None:
         raise ValueError(f"unknown transport {transport!r}; use 'unix' or 'tcp'")
     config.configure(default_transport=aliases[name])
 
+
+# Registered on import, before the script's own handlers: atexit runs them last first, so the
+# script's handlers run before this one, which may end the process with os._exit (a failure
+# that came after the script's last line must not exit 0).
+atexit.register(_at_exit)

@@ -46,6 +46,7 @@ class Instance:
     mesh_uid: str = ""
     _proc_mesh: ProcMesh | None = field(default=None, repr=False)
     _stop: Any = field(default=None, repr=False)
+    _abort: Any = field(default=None, repr=False)
     _proc: ProcMesh | None = field(default=None, repr=False)
 
     @property
@@ -69,10 +70,27 @@ class Instance:
             raise RuntimeError("the root client cannot be stopped this way; use shutdown_context()")
         self._stop(reason)
 
+    def abort(self, reason: str | None = None) -> None:
+        """Fail this actor (this rank) on purpose, as Monarch's ``abort``.
+
+        The message in hand still completes (its caller gets its answer); then the actor is
+        failed: ``__cleanup__`` runs with the failure, later calls raise ``SupervisionError``
+        (``actor explicitly aborted due to: <reason>``), and its owner's ``__supervise__``
+        gets the ``MeshFailure``.
+        """
+        if self._abort is None:
+            raise RuntimeError("the root client cannot abort itself; raise an exception, or "
+                               "call sys.exit()")
+        self._abort(reason)
+
+    def kill(self, reason: str | None = None) -> None:
+        """Terminate this actor with a failure: the same as :meth:`abort`."""
+        self.abort(reason)
+
     def __repr__(self) -> str:
         if self.creator is None and self.name == "root" and not self.class_name:
             return "<root>"
-        own = f"<{self.class_name} {self.name}{dict(self.rank)}>"
+        own = f"<{self.class_name} {self.name}{self.rank!r}>"
         return f"{self.creator!r}.{own}" if self.creator is not None else own
 
 

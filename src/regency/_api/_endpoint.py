@@ -21,6 +21,7 @@ from .._runtime._borrow import ReplyReader
 from .._runtime._completion import Completion
 from .._runtime._pickling import describe_unpicklable, dumps_call
 from .._runtime._runtime import Runtime
+from .._supervision._reasons import call_failed
 from .._wire import _messages as m
 from .._wire import encode_call
 from ..errors import SupervisionError
@@ -118,8 +119,8 @@ class Endpoint(Generic[R]):
             if verdicts is not None:
                 refusal = verdicts.call_refusal(mesh._uid, zip(route.ranks, route.addrs))
                 if refusal is not None:
-                    raise SupervisionError(f"cannot call {self._label}: {refusal}",
-                                           endpoint=self._name)
+                    raise SupervisionError(  # Monarch's words: "Endpoint call w.f() failed"
+                        call_failed(mesh._mesh_name, self._name, refusal), endpoint=self._name)
         except BaseException:
             if isinstance(reply, _Collector):
                 reply.close()

@@ -8,7 +8,9 @@ until its host agent goes away (then it exits at once: no orphans).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import faulthandler
+import gc
 import inspect
 import mmap
 import os
@@ -29,6 +31,17 @@ from ._context import _current as ctxvar
 from ._proc_mesh import proc_mesh_of
 from ._state import api_state
 from ._stopping import stop_cells
+
+
+def _finalize() -> None:
+    """What a Python exit would do, as Monarch's procs do when their mesh stops: collect the
+    stopped actors (their ``__del__`` runs) and run the ``atexit`` handlers, while the
+    connection to the host agent still carries what they print."""
+    gc.collect()
+    try:
+        atexit._run_exitfuncs()
+    except BaseException:  # noqa: BLE001 - a handler's error is printed, the stop goes on
+        traceback.print_exc()
 
 
 def run_proc(spec: dict[str, Any]) -> int:
@@ -105,6 +118,7 @@ async def _bootstrap(rt: Runtime, spec: dict[str, Any]) -> str | None:
 async def _stop(rt: Runtime, stop: asyncio.Event) -> None:
     timeout = float(config.get("cleanup_timeout")) + 1.0
     await stop_cells(rt, timeout)
+    _finalize()
     sys.stdout.flush()
     sys.stderr.flush()
     await rt.router.aclose()

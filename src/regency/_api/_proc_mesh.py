@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import cloudpickle
 
 from .. import config
-from .._mesh import MeshTrait, Shape
+from .._mesh import MeshTrait, Point, Shape
 from .._runtime._completion import Completion
 from .._runtime._pickling import describe_unpicklable, dumps, dumps_inband
 from .._runtime._runtime import Runtime
@@ -26,6 +26,7 @@ from .._wire import system_header
 from ..errors import SupervisionError
 from ._actor import Actor
 from ._actor_mesh import ActorMesh, _check_spawnable
+from ._bootstrap_command import BootstrapCommand, python_command
 from ._future import Future, completed
 from ._leases import release_workers
 from ._mesh_state import _creator, _owner_uid, _qualname, _state, _token, countdown_port
@@ -195,17 +196,32 @@ def _free_port() -> int:
 class HostMesh(MeshTrait):
     """A mesh of machines; ``spawn_procs`` starts procs on each."""
 
-    def __init__(self, shape: Shape, agents: tuple[str, ...], owned: bool = False) -> None:
+    def __init__(self, shape: Shape, agents: tuple[str, ...], owned: bool = False,
+                 command: BootstrapCommand | None = None) -> None:
         self._shape_ = shape
         self._agents = agents
         self._owned = owned
+        self._command = command  # what its procs run (None: forks of the fork server)
 
     @property
     def _shape(self) -> Shape:
         return self._shape_
 
     def _new_with_shape(self, shape: Shape) -> HostMesh:
-        return HostMesh(shape, self._agents, owned=False)
+        return HostMesh(shape, self._agents, owned=False, command=self._command)
+
+    def with_python_executable(self, python_executable: str) -> HostMesh:
+        """The same hosts, whose procs run ``python_executable`` (another virtual
+        environment, say: regency must be installed there) instead of this interpreter.
+
+        Such procs are started by ``exec`` (``default_bootstrap_cmd()`` with that program),
+        not forked from the preloaded fork server, so they start slower.
+        """
+        if not isinstance(python_executable, str) or not python_executable:
+            raise TypeError("with_python_executable needs the path of a Python executable, "
+                            f"got {python_executable!r}")
+        return HostMesh(self._shape_, self._agents, owned=False,
+                        command=python_command(python_executable))
 
     @property
     def initialized(self) -> Future[bool]:
@@ -218,13 +234,16 @@ class HostMesh(MeshTrait):
         bootstrap: Callable[[], Any] | None = None,
         name: str | None = None,
         proc_bind: Any = None,
-        bootstrap_command: Any = None,
+        bootstrap_command: BootstrapCommand | Callable[[Point], BootstrapCommand] | None = None,
     ) -> ProcMesh:
         """Start ``per_host`` procs on every host; returns the ProcMesh at once.
 
         The mesh's dimensions are the host dimensions followed by ``per_host``'s. Each proc
         starts from the fork server with the caller's *current* environment, working
         directory and ``sys.path``; ``bootstrap`` runs in each before any actor.
+        ``bootstrap_command`` (one ``BootstrapCommand``, or a function of each proc's
+        ``Point`` returning one) makes the procs ``exec`` that program instead, as Monarch's
+        does; see ``default_bootstrap_cmd()``.
         """
         per_host = dict(per_host or {})
         clash = set(per_host) & set(self._shape_.labels)
@@ -251,8 +270,11 @@ class HostMesh(MeshTrait):
                 addr = _proc_address(rt.job, uid, rank, agent)
                 addrs.append(addr)
                 agents.append(agent)
-                requests.setdefault(agent, []).append(
-                    {"addr": addr, "rank": rank, "label": f"{name} {dict(shape.point(rank))}"})
+                entry = {"addr": addr, "rank": rank, "label": f"{name} {dict(shape.point(rank))}"}
+                command = self._command_for(bootstrap_command, shape.point(rank))
+                if command is not None:
+                    entry["command"] = command
+                requests.setdefault(agent, []).append(entry)
         st = _state(uid, len(addrs))
         api_state(rt).proc_meshes[uid] = ProcMeshRecord(st, addrs, agents, _owner_uid(), name,
                                                         shape)
@@ -271,6 +293,17 @@ class HostMesh(MeshTrait):
                 msg = m.SpawnProcs(procs, spec, rt.contact, uid)
             rt.send_sys(agent, msg)
         return ProcMesh(uid, name, shape, tuple(addrs), tuple(agents))
+
+    def _command_for(self, given: Any, point: Point) -> BootstrapCommand | None:
+        """The bootstrap command of the proc at ``point`` (None: a fork)."""
+        command = given(point) if callable(given) else given
+        if command is None:
+            return self._command
+        if not isinstance(command, BootstrapCommand):
+            raise TypeError("bootstrap_command must be a BootstrapCommand (see "
+                            "default_bootstrap_cmd()) or a function of a Point returning one, "
+                            f"got {command!r}")
+        return command
 
     def shutdown(self) -> Future[None]:
         """Shut down an owned host mesh: its procs and (for workers) the workers."""
@@ -302,7 +335,7 @@ class HostMesh(MeshTrait):
         await self.shutdown()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (HostMesh, (self._shape_, self._agents, False))
+        return (HostMesh, (self._shape_, self._agents, False, self._command))
 
     def __repr__(self) -> str:
         return f"<HostMesh {self._shape_.extent}>"

@@ -51,7 +51,9 @@ def to_exception(status: int, value: Any) -> BaseException:
         exc, type_name, text, tb, label = value
         if exc is None:
             exc = RuntimeError(f"{type_name}: {text}")
-        return ActorError(exc, f"Actor call {label} failed.", with_sources(tb))
+        call, _, where = str(label).partition(" on ")  # Monarch's words, then which member
+        message = f"Actor call {call} failed." + (f" (on {where})" if where else "")
+        return ActorError(exc, message, with_sources(tb))
     if status == m.RAW_ERROR:
         return value if isinstance(value, BaseException) else RuntimeError(str(value))
     if status == m.SUPERVISION:

@@ -58,7 +58,8 @@ def on_stop_actor(rt: Runtime, msg: m.StopActor) -> None:
     def finish() -> Any:
         result = behavior.cleanup(None)
         if asyncio.iscoroutine(result):
-            return _then(result, lambda: _acked(rt, port))
+            return _then(result, lambda: _released(behavior, lambda: _acked(rt, port)))
+        behavior.release()
         _acked(rt, port)
         return None
 
@@ -93,6 +94,11 @@ async def _then(coro: Any, after: Any) -> None:
         after()
 
 
+def _released(behavior: Any, then: Any) -> None:
+    behavior.release()
+    then()
+
+
 def _acked(rt: Runtime, port: tuple[str, int] | None) -> None:
     if port is not None:
         rt.send_reply(port, None, m.OK, None)
@@ -117,7 +123,8 @@ async def stop_cells(rt: Runtime, timeout: float) -> None:
 
             result = b.cleanup(None)
             if asyncio.iscoroutine(result):
-                return _then(result, done)
+                return _then(result, lambda: _released(b, done))
+            b.release()
             done()
             return None
 

@@ -95,6 +95,6 @@ class ValueMesh(MeshTrait, Generic[R]):
         return (ValueMesh, (dense, list(self.values())))
 
     def __repr__(self) -> str:
-        body = ",\n".join(f"  ({dict(p)}, {v!r})" for p, v in self.items())
+        items = tuple(self.items())  # Monarch's form: ((point, value), ...) on one line
         head = f"ValueMesh({self._shape_.extent})"
-        return f"{head}:\n{body}" if body else head
+        return f"{head}:\n  {items!r}" if items else head

@@ -21,7 +21,7 @@ from .._mesh import Shape
 from .._runtime import _current
 from .._runtime._host_agent import HostAgent
 from .._runtime._runtime import Runtime
-from .._runtime._secret import require_secret
+from .._runtime._secret import job_secret
 from .._transport import Address
 from .._wire import _messages as m
 from ..errors import TransportError
@@ -129,12 +129,14 @@ def run_worker_loop_forever(address: str = "tcp://0.0.0.0:26600",
                             ca: str = "trust_all_connections", advertise: str | None = None) -> int:
     """Make this process a worker host serving controllers at ``address``, until shut down.
 
-    The job secret comes from ``REGENCY_SECRET`` or ``REGENCY_SECRET_FILE``. ``advertise``
+    The job secret comes from ``REGENCY_SECRET`` or ``REGENCY_SECRET_FILE``; with neither,
+    from this user's secret file (``~/.config/regency/secret``, made on first use), which a
+    controller of the same user reads too. ``advertise``
     is the host name or IP other machines use to reach procs here (default: this machine's
     address on the interface of ``address``, or its hostname).
     """
     _check_ca(ca, "run_worker_loop_forever")
-    secret = require_secret("a worker")
+    secret = job_secret("a worker")
     addr = Address.parse(address)
     if addr.scheme != "tcp":
         raise ValueError(f"a worker listens on tcp, got {address!r}")
@@ -208,7 +210,8 @@ def attach_to_workers(workers: list[str], ca: str = "trust_all_connections",
                       name: str | None = None) -> HostMesh:
     """A ``HostMesh`` with a ``hosts`` dimension over the given worker addresses.
 
-    Attaches to each worker (they must share the job secret, see ``REGENCY_SECRET``) and keeps
+    Attaches to each worker (they must share the job secret, see ``REGENCY_SECRET``; with none
+    configured, workers of the same user share that user's secret file) and keeps
     their leases alive. ``shutdown()`` on the mesh makes the workers exit; ``stop()`` releases
     them for the next controller.
 
@@ -218,9 +221,9 @@ def attach_to_workers(workers: list[str], ca: str = "trust_all_connections",
     if not workers:
         raise ValueError("attach_to_workers needs at least one worker address")
     _check_ca(ca, "attach_to_workers")
-    require_secret("attach_to_workers")
+    wanted = job_secret("attach_to_workers")
     rt = runtime()
-    if rt.secret != require_secret("attach_to_workers"):
+    if rt.secret != wanted:
         raise TransportError("REGENCY_SECRET changed after regency started; set it before "
                              "the first regency call")
     agents = tuple(str(Address.parse(w)) for w in workers)

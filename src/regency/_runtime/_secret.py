@@ -1,7 +1,9 @@
-"""The job secret for multi-host jobs: from ``REGENCY_SECRET`` or ``REGENCY_SECRET_FILE``.
+"""The job secret: from ``REGENCY_SECRET`` or ``REGENCY_SECRET_FILE``, else the user's own.
 
-Never from the command line, where ``ps`` would show it. Local jobs need none: the controller
-makes a random one and hands it to its procs through an inherited channel.
+Never from the command line, where ``ps`` would show it. With neither variable set, the
+controller and workers use this user's secret file (``_user_secret``, made on first use), so
+attaching to workers of the same user needs no configuration and stays authenticated; the
+controller hands the key to its procs through an inherited channel.
 
 The handshake key is derived from what is configured (ADR 0016):
 
@@ -80,3 +82,23 @@ def require_secret(what: str) -> bytes:
             "holding it) to the same value on the controller and on every worker"
         )
     return secret
+
+
+def job_secret(what: str) -> bytes:
+    """The configured secret, else this user's secret file (made on first use).
+
+    Authentication stays on with nothing configured: controller and workers of one user on
+    one machine (or sharing a home directory) read the same private file.
+    """
+    secret = configured_secret()
+    if secret is not None:
+        return secret
+    from ._user_secret import user_secret
+
+    try:
+        return user_secret()
+    except SecretError as exc:
+        raise SecretError(
+            f"{what} needs the job secret and {exc}; set REGENCY_SECRET (or "
+            "REGENCY_SECRET_FILE, a file holding it) to the same value on the controller and "
+            "on every worker") from exc

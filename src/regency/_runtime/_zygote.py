@@ -92,6 +92,9 @@ def _child(sock: socket.socket, wake: tuple[int, int], req: dict[str, Any], fds:
         sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
         sys.stderr.reconfigure(line_buffering=True)  # type: ignore[union-attr]
         _reseed()
+        command = req["spec"].get("command")
+        if command is not None:
+            _exec(command, req)  # never returns
         module, _, func = req["entry"].partition(":")
         code = int(getattr(importlib.import_module(module), func)(req["spec"]) or 0)
     except SystemExit as exc:
@@ -106,6 +109,23 @@ def _child(sock: socket.socket, wake: tuple[int, int], req: dict[str, Any], fds:
             sys.stderr.flush()
         finally:
             os._exit(code)
+
+
+def _exec(command: Any, req: dict[str, Any]) -> None:
+    """Replace this child by the proc's bootstrap command, handing it the request in a
+    memory file (its pid, output pipes and parent-death signal stay)."""
+    spec = dict(req["spec"])
+    del spec["command"]
+    fd = os.memfd_create("regency-proc-spec", 0)  # not close-on-exec
+    os.write(fd, pickle.dumps({**req, "spec": spec}))
+    os.lseek(fd, 0, os.SEEK_SET)
+    for extra in spec.get("extra_fds", []):
+        os.set_inheritable(extra, True)
+    env = command.environment(req["env"])
+    env["REGENCY_PROC_SPEC_FD"] = str(fd)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(command.program, command.argv(), env)
 
 
 def _reseed() -> None:

@@ -7,10 +7,12 @@ adds the endpoint in front (``Endpoint call trainer.step() failed: rank 1 of mes
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterable
 
 __all__ = [
     "call_failed",
+    "process_failed",
     "ranks_text",
     "spawn_refused",
     "subject",
@@ -43,14 +45,42 @@ def call_failed(name: str, endpoint: str, reason: str) -> str:
 
 
 def why_actor_failed(actor_class: str, cause: str) -> str:
-    """The actor raised or otherwise failed."""
-    who = f" ({actor_class})" if actor_class else ""
-    return f"failed{who}: {cause}"
+    """The actor raised or otherwise failed (with Monarch's words for it)."""
+    who = actor_class or "there"
+    return f"failed: The actor {who} and all its descendants have failed: {cause}"
 
 
 def why_proc_lost(addr: str, cause: str) -> str:
-    """The proc hosting the ranks exited; ``cause`` completes "the proc ..."."""
-    return f"lost its proc {addr}: the proc {cause}"
+    """The proc hosting the ranks exited; ``cause`` completes "the proc ...".
+
+    Monarch's words come first (``The actor there and all its descendants have failed: the
+    process this actor was running on failed: Killed(sig=9)``), so that a ported
+    ``pytest.raises(match=...)`` still matches; then which proc and why, in our words.
+    """
+    return (f"failed: The actor there and all its descendants have failed: the process this "
+            f"actor was running on {process_failed(cause)} (lost its proc {addr}: the proc "
+            f"{cause})")
+
+
+def process_failed(cause: str) -> str:
+    """Monarch's words for a proc's end: ``failed: Killed(sig=9)``, ``exited with non-zero
+    code 3``; other causes (a lost host, say) as they are."""
+    for prefix in ("was killed by signal ", "killed by signal "):
+        if cause.startswith(prefix):
+            return f"failed: Killed(sig={_signal_number(cause[len(prefix):])})"
+    if cause.startswith("exited with code "):
+        return "exited with non-zero code " + cause[len("exited with code "):]
+    return cause
+
+
+def _signal_number(text: str) -> str:
+    word = text.split()[0] if text.split() else text
+    if word.isdigit():
+        return word
+    try:
+        return str(int(signal.Signals[word]))
+    except KeyError:
+        return word
 
 
 def why_stopped(reason: str) -> str:

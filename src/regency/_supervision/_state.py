@@ -326,7 +326,8 @@ class SupervisionState:
         if mesh is None:
             return None
         if mesh.stopped is not None:
-            return (f"Cannot spawn new actors on proc mesh {mesh.name!r} ({mesh.uid}): it was "
+            return ("`ProcMesh` has already been stopped. "  # Monarch's words, then ours
+                    f"Cannot spawn new actors on proc mesh {mesh.name!r} ({mesh.uid}): it was "
                     f"stopped ({mesh.stopped}) and cannot be used again.")
         chosen = mesh.members if ranks is None else [r for r in ranks if r in mesh.members]
         bad = {rank: why for rank in chosen
@@ -699,7 +700,9 @@ class SupervisionState:
     ) -> MeshFailure:
         """The failure record of the members ``ranks`` of ``uid`` lost with the proc."""
         return MeshFailure(mesh_name=uid, ranks=list(ranks), actor_class=actor_class,
-                           host=ev.host, pid=ev.pid, cause=f"the proc {ev.cause}",
+                           host=ev.host, pid=ev.pid,
+                           cause=(f"the process this actor was running on "
+                                  f"{say.process_failed(ev.cause)} (the proc {ev.cause})"),
                            last_lines=list(ev.last_lines), time=ev.time)
 
     def _calls_on(self, addr: str) -> list[_Call]:
@@ -866,7 +869,8 @@ class Verdicts:
         gone = self.spawn_stopped.get(uid, {})
         stopped = gone.get(_WHOLE) or next((gone[r] for r, _ in members if r in gone), None)
         if stopped is not None:
-            return (f"Cannot spawn new actors on proc mesh {name!r} ({uid}): it was stopped "
+            return ("`ProcMesh` has already been stopped. "  # Monarch's words, then ours
+                    f"Cannot spawn new actors on proc mesh {name!r} ({uid}): it was stopped "
                     f"({stopped}) and cannot be used again.", True)
         bad = {rank: why for rank, addr in members if (why := self.addrs.get(addr)) is not None}
         return (say.spawn_refused(uid, name, bad), False) if bad else None
