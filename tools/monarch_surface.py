@@ -184,6 +184,15 @@ def describe_module(module: str) -> dict[str, Any]:
     return {"regency_module": MODULES[module], "names": names}
 
 
+def config_keys() -> dict[str, dict[str, str]]:
+    """Every configuration key ``monarch.config.get_global_config()`` knows: type and default."""
+    config = importlib.import_module("monarch.config")
+    keys: dict[str, dict[str, str]] = {}
+    for key, value in sorted(config.get_global_config().items()):
+        keys[key] = {"type": type(value).__name__, "default": str(value)}
+    return keys
+
+
 def main() -> int:
     """Write the surface of every module in MODULES as JSON on stdout."""
     warnings.simplefilter("ignore")
@@ -192,6 +201,7 @@ def main() -> int:
         "generated_by": "tools/monarch_surface.py",
         "monarch_version": version,
         "modules": {module: describe_module(module) for module in MODULES},
+        "config_keys": config_keys(),
     }
     json.dump(data, sys.stdout, indent=1, sort_keys=True)
     sys.stdout.write("\n")

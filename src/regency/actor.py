@@ -50,6 +50,7 @@ from ._api._supervise import default_unhandled_fault_hook as _default_hook
 from ._api._value_mesh import ValueMesh as ValueMesh
 from ._api._workers import attach_to_workers as attach_to_workers
 from ._api._workers import run_worker_loop_forever as run_worker_loop_forever
+from ._config_types import ChannelTransport as ChannelTransport
 from ._mesh import Extent as Extent
 from ._mesh import Point as Point
 from ._mesh import Shape as Shape
@@ -69,6 +70,7 @@ __all__ = [
     "ActorError",
     "ActorMesh",
     "Channel",
+    "ChannelTransport",
     "Context",
     "Endpoint",
     "Extent",
