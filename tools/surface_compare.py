@@ -113,7 +113,8 @@ def _compare(monarch: list[list[Any]], ours: _Params) -> list[str]:
     m_required = {p[0] for p in monarch if not p[2] and p[1] not in ("VAR_POSITIONAL",
                                                                      "VAR_KEYWORD")}
     for index, param in enumerate(ours.positional):
-        if param.default is param.empty and not (index < len(m_pos) and not m_pos[index][2]):
+        required_there = index < len(m_pos) and not m_pos[index][2]
+        if param.default is param.empty and not required_there and param.name not in m_required:
             problems.append(f"requires {param.name!r}, which Monarch does not")
     for name in sorted(ours.required_kwonly - m_required):
         problems.append(f"requires keyword {name!r}, which Monarch does not")

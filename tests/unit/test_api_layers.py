@@ -16,7 +16,8 @@ API = Path(__file__).resolve().parents[2] / "src" / "regency" / "_api"  # read, 
 #: The layers, lowest first; a module may import only from its own layer and those before.
 LAYERS: list[tuple[str, set[str]]] = [
     ("base: records, values, replies, fail fast, futures, hooks before the mailbox",
-     {"_actor", "_value_mesh", "_replies", "_failfast", "_supervise", "_future", "_intercept"}),
+     {"_actor", "_value_mesh", "_replies", "_failfast", "_supervise", "_future", "_intercept",
+      "_not_a_mesh", "_ids", "_mast", "_attach", "_returns_future"}),
     ("supervision: the supervisor that feeds the pure state machine",
      {"_supervisor"}),
     ("state: what the API layer keeps per runtime",

@@ -41,7 +41,11 @@ def test_the_data_covers_every_module() -> None:
 
 
 @pytest.mark.parametrize("entry", [_param(e) for e in ENTRIES])
-def test_present_and_compatible(entry: sc.Entry) -> None:
+def test_present_and_compatible(entry: sc.Entry, monkeypatch: pytest.MonkeyPatch) -> None:
+    if entry.qualname == "unhandled_fault_hook":  # conftest records failures with its own
+        import regency.actor as ra
+
+        monkeypatch.setattr(ra, "unhandled_fault_hook", ra._default_hook)
     problems = sc.check(entry)
     assert not problems, f"{entry.ident}: {'; '.join(problems)}"
 

@@ -68,7 +68,7 @@ class ActorBehavior:
             actor_id=f"{self.uid}{dict(self.rank)}", name=msg.name,
             class_name=self.class_name, rank=self.rank, proc_id=rt.address,
             creator=msg.creator, mesh_uid=self.uid, _proc_mesh=msg.proc_mesh,
-            _stop=self.request_stop, _proc=proc_mesh_of(rt),
+            _stop=self.request_stop, _proc=proc_mesh_of(rt), _kill=self.request_kill,
         )
         self.context = Context(self.instance, empty_point())
         self.actor: Actor | None = None
@@ -303,6 +303,10 @@ class ActorBehavior:
         """Self-stop (``context().actor_instance.stop()``): messages after this one are refused."""
         self.stop_requested = reason
         self.rt.send_sys(self.rt.address, m.StopActor(self.uid, reason, None))
+
+    def request_kill(self, reason: str) -> None:
+        """``context().actor_instance.kill(reason)``: fail this actor and tell its owner."""
+        self.fail(None, None, cause=f"the actor killed itself: {reason}")
 
     def cleanup(self, exc: BaseException | None) -> Any:
         """Run ``__cleanup__`` once (returns a coroutine for async actors).

@@ -47,6 +47,8 @@ class Instance:
     _proc_mesh: ProcMesh | None = field(default=None, repr=False)
     _stop: Any = field(default=None, repr=False)
     _proc: ProcMesh | None = field(default=None, repr=False)
+    _kill: Any = field(default=None, repr=False)
+    is_system: bool = field(default=False, repr=False)
 
     @property
     def proc_mesh(self) -> ProcMesh:
@@ -68,6 +70,21 @@ class Instance:
         if self._stop is None:
             raise RuntimeError("the root client cannot be stopped this way; use shutdown_context()")
         self._stop(reason)
+
+    def kill(self, reason: str | None = None) -> None:
+        """End this actor *with a failure* (unlike ``stop``): its owner gets a supervision
+        event whose cause names ``reason``; later messages to it fail with
+        ``SupervisionError``. The current message's code runs to its end, but its caller may get
+        the failure instead of its reply."""
+        if self._kill is None:
+            raise RuntimeError("the root client cannot be killed this way; raise SystemExit "
+                               "or use shutdown_context()")
+        self._kill(reason or "no reason given")
+
+    def set_system(self) -> None:
+        """Mark this actor as part of the infrastructure, not the user's program (Monarch
+        hides such actors from its admin views; here it sets ``is_system``)."""
+        self.is_system = True
 
     def __repr__(self) -> str:
         if self.creator is None and self.name == "root" and not self.class_name:
