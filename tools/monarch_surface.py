@@ -51,8 +51,6 @@ ISSUE_16 = "issue 16 (introspection)"
 ISSUE_17 = "issue 17 (jobs)"
 BEHAVIOUR = "issue 18 part 4 (behaviour work)"
 
-REMAINDER = "issue 18 remainder (top-level ndslice types: not built yet)"
-
 _MONARCH_OURS = {
     "Extent", "Shape", "NDSlice", "Selection", "clear_runtime_config", "configure",
     "configured", "get_global_config", "get_runtime_config", "mast_reserve",
@@ -86,8 +84,6 @@ def owner_of(module: str, qualname: str) -> str | None:
         return ISSUE_17
     if module == "monarch" and qualname.split(".")[0] not in _MONARCH_OURS:
         return ISSUE_13
-    if module == "monarch" and qualname.split(".")[0] in ("NDSlice", "Selection", "Shape"):
-        return REMAINDER
     return OWNERS.get((module, qualname))
 
 

@@ -19,8 +19,14 @@ NOTES: dict[str, tuple[str, str]] = {
     "monarch:Future": (
         "different", "regency's actor `Future`; the tensor engine's lands with issue 13"),
     "monarch:Shape": (
-        "different", "regency's `Shape` (labels over a `Slice`); Monarch's ndslice members "
-        "(`at`, `coordinates`, `ndslice`, ...) are not built yet"),
+        "better", "regency's `Shape` (labels over a `Slice`), with Monarch's members too; "
+        "`select` takes Monarch's `(label, slice)` or several dimensions as keywords"),
+    "monarch:Selection": (
+        "different", "per-dimension expressions only (`*`, `?`, `i`, `a:b[:step]`); `&` and "
+        "`|` raise; `ranks(shape)` evaluates one"),
+    "monarch:Shape.from_bytes": (
+        "different", "reads `bytes(shape)` of regency, not Monarch's bincode"),
+    "monarch:Shape.region": ("different", "the shape itself (a `Region` is labels + slice)"),
     "monarch:Extent": ("same", "`regency.Extent`; `region` is a `Shape`"),
     "monarch.actor:attach": (
         "not here", "raises: regency has no client gateway; the controller connects to "

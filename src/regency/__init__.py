@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging as _logging
 
 from ._api._mast import mast_reserve
-from ._mesh import Shape
+from ._mesh import NDSlice, Selection, Shape
 from ._version import __version__
 from .actor import (
     Accumulator,
@@ -66,6 +66,8 @@ __all__ = [
     "ProcMesh",
     "SupervisionError",
     "ValueMesh",
+    "NDSlice",
+    "Selection",
     "Shape",
     "__version__",
     "as_endpoint",

@@ -152,3 +152,46 @@ def test_returns_future_errors_travel() -> None:
 
     with pytest.raises(ValueError, match="inside"):
         boom().get(timeout=10)
+
+
+def test_ndslice_matches_monarch() -> None:
+    from regency import NDSlice
+
+    # every value below is what Monarch 0.7.0 printed for the same calls
+    s = NDSlice(offset=1, sizes=[2, 3], strides=[6, 2])
+    assert list(s) == [1, 3, 5, 7, 9, 11]
+    assert (s.get(4), s.index(9), s.coordinates(9), s.nditem([1, 2])) == (9, 4, [1, 1], 11)
+    assert s.ndim == 2 and s.offset == 1 and s.sizes == [2, 3] and s.strides == [6, 2]
+    assert NDSlice.from_list([0, 1, 2, 5, 6]) == [NDSlice(offset=0, sizes=[3], strides=[1]),
+                                                  NDSlice(offset=5, sizes=[2], strides=[1])]
+    assert NDSlice.new_row_major([0, 1, 2]).strides == [2, 2, 1]
+    with pytest.raises(ValueError, match="value 2 not in slice"):
+        s.index(2)
+    with pytest.raises(IndexError):
+        s.get(10)
+    assert pickle.loads(pickle.dumps(s)) == s
+
+
+def test_shape_monarch_members() -> None:
+    from regency import NDSlice, Shape
+
+    sh = Shape(["h", "g"], NDSlice(offset=1, sizes=[2, 3], strides=[6, 2]))
+    assert sh.coordinates(9) == {"h": 1, "g": 1}
+    assert sh.at("g", 1).labels == ("h",) and sh.at("g", 1).ranks() == [3, 9]
+    assert sh.index(h=1).ranks() == [7, 9, 11]
+    assert sh.select("g", slice(0, 2)).ranks() == [1, 3, 7, 9]
+    assert sh.select(label="g", slice=slice(0, 2)) == sh.select("g", slice(0, 2))
+    assert sh.ndslice == NDSlice(offset=1, sizes=[2, 3], strides=[6, 2])
+    assert Shape.from_bytes(bytes(sh)) == sh and sh.region is sh
+
+
+def test_selection() -> None:
+    from regency import Selection, Shape
+
+    sh = Shape.from_sizes(["h", "g"], [2, 4])
+    assert Selection.all().ranks(sh) == list(range(8))
+    assert len(Selection.any().ranks(sh)) == 1
+    assert Selection.from_string("(*, 0:4:2)").ranks(sh) == [0, 2, 4, 6]
+    assert Selection.from_string("1").ranks(sh) == [4, 5, 6, 7]
+    with pytest.raises(ValueError, match="not supported"):
+        Selection.from_string("0 & (1 | 2)")
