@@ -140,9 +140,16 @@ def _coerce(key: str, value: Any) -> Any:
     return _READERS[KEYS[key].kind](key, value)
 
 
+_ENV_NAMES: dict[str, tuple[str, ...]] = {
+    key: ("REGENCY_" + key.upper(),
+          *("REGENCY_" + alias.upper() for alias, target in ALIASES.items() if target == key))
+    for key in KEYS
+}
+
+
 def _from_environment(key: str) -> str | None:
-    for name in (key, *(alias for alias, target in ALIASES.items() if target == key)):
-        env = os.environ.get("REGENCY_" + name.upper())
+    for name in _ENV_NAMES[key]:
+        env = os.environ.get(name)
         if env is not None:
             return env
     return None
@@ -150,6 +157,8 @@ def _from_environment(key: str) -> str | None:
 
 def get(key: str) -> Any:
     """The value in force for ``key``."""
+    if key in _runtime:  # the hot path: a regency key set at run time
+        return _runtime[key]
     key = _canonical(key)
     if key in _runtime:
         return _runtime[key]
