@@ -24,7 +24,7 @@ ENTRIES = sc.entries(SURFACE)
 def _param(entry: sc.Entry) -> object:
     marks = []
     if entry.spec["kind"] == "broken":
-        marks.append(pytest.mark.skip(reason=f"fails to import in Monarch itself: "
+        marks.append(pytest.mark.skip(reason=f"fails to import from the reference install: "
                                              f"{entry.spec.get('error')}"))
     elif entry.owner is not None:
         marks.append(pytest.mark.xfail(strict=False, reason=f"lands with {entry.owner}"))
