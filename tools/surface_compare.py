@@ -240,7 +240,8 @@ def main(argv: list[str]) -> int:
     print(f"{'all':26} {cells[0]:>9} {cells[1]:>9} {cells[2]:>13}")
     broken = [e.ident for e in entries(surface) if e.spec["kind"] == "broken"]
     if broken:
-        print(f"not counted (fail to import from the reference install: broken lazy imports, or a torch build mismatch): {', '.join(broken)}")
+        print("not counted (fail to import from the reference install: broken lazy imports, "
+              f"or a torch build mismatch): {', '.join(broken)}")
     if "--missing" in argv:
         for entry in entries(surface):
             problems = [] if entry.spec["kind"] == "broken" else check(entry)
