@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-unit test-stress lint bench clean
+.PHONY: demo test test-unit test-stress lint bench docs clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -32,8 +32,13 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/mypy
 
+# The documentation site with the API reference (warnings are errors), into site/.
+docs: $(STAMP)
+	$(BIN)/python tools/porting_table.py --check
+	$(BIN)/mkdocs build --strict -d site
+
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info
+	rm -rf $(VENV) build site *.egg-info src/*.egg-info

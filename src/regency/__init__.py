@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging as _logging
 
+from ._api._mast import mast_reserve
+from ._mesh import NDSlice, Selection, Shape
 from ._version import __version__
 from .actor import (
     Accumulator,
@@ -38,6 +40,13 @@ from .actor import (
     this_host,
     this_proc,
 )
+from .config import (
+    clear_runtime_config,
+    configure,
+    configured,
+    get_global_config,
+    get_runtime_config,
+)
 
 _logging.getLogger("regency").addHandler(_logging.NullHandler())
 
@@ -57,14 +66,23 @@ __all__ = [
     "ProcMesh",
     "SupervisionError",
     "ValueMesh",
+    "NDSlice",
+    "Selection",
+    "Shape",
     "__version__",
     "as_endpoint",
+    "clear_runtime_config",
     "concurrent_endpoint",
+    "configure",
+    "configured",
     "context",
     "current_rank",
     "current_size",
     "endpoint",
+    "get_global_config",
     "get_or_spawn_controller",
+    "get_runtime_config",
+    "mast_reserve",
     "send",
     "shutdown_context",
     "this_host",

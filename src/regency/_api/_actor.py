@@ -8,12 +8,14 @@ import logging
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
+from ._not_a_mesh import NotAMesh
+
 __all__ = ["Actor", "EndpointProperty", "NotAnEndpoint", "concurrent_endpoint", "endpoint"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class Actor:
+class Actor(NotAMesh):
     """Base class of user actors.
 
     Subclass it and mark public methods with ``@endpoint``. An actor handles one message at

@@ -9,9 +9,10 @@ from ._actor import NotAnEndpoint
 from ._endpoint import Endpoint
 
 
-def as_endpoint(method: Any, *, propagate: Any = None,
+def as_endpoint(not_an_endpoint: Any, *, propagate: Any = None,
                 explicit_response_port: bool = False) -> Endpoint[Any]:
     """Wrap ``mesh.method`` (a method not marked ``@endpoint``) as an Endpoint."""
+    method = not_an_endpoint
     if isinstance(method, Endpoint):
         return method
     if not isinstance(method, NotAnEndpoint):

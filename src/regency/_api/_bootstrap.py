@@ -17,6 +17,7 @@ import secrets
 import threading
 
 from .. import config
+from .._config_types import ChannelTransport, transport_name
 from .._mesh import Extent, Point
 from .._runtime import _current, _output
 from .._runtime._host_agent import HostAgent
@@ -157,14 +158,12 @@ def _at_exit() -> None:
         os._exit(code)  # a failure arrived after the script's last line: never exit 0
 
 
-def enable_transport(transport: str) -> None:
-    """Choose how procs spawned from now on listen: ``"unix"`` (default) or ``"tcp"``."""
-    name = str(transport).lower().removesuffix("://")
-    aliases = {"ipc": "unix", "unix": "unix", "tcp": "tcp", "tcpwithlocalhost": "tcp"}
-    if name not in aliases:
-        raise ValueError(f"unknown transport {transport!r}; use 'unix' or 'tcp'")
-    config.configure(default_transport=aliases[name])
+def enable_transport(transport: str | ChannelTransport) -> None:
+    """Choose how procs spawned from now on listen: ``"unix"`` (default) or ``"tcp"``.
 
+    A :class:`~regency.config.ChannelTransport` is accepted too (``Unix``, ``TcpWithLocalhost``,
+    ``TcpWithHostname``); one that cannot exist here raises ``ValueError`` saying why."""
+    config.configure(default_transport=transport_name(transport))
 
 # Registered on import, before the script's own handlers: atexit runs them last first, so the
 # script's handlers run before this one, which may end the process with os._exit (a failure

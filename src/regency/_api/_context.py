@@ -48,6 +48,7 @@ class Instance:
     _stop: Any = field(default=None, repr=False)
     _abort: Any = field(default=None, repr=False)
     _proc: ProcMesh | None = field(default=None, repr=False)
+    is_system: bool = field(default=False, repr=False)
 
     @property
     def proc_mesh(self) -> ProcMesh:
@@ -86,6 +87,11 @@ class Instance:
     def kill(self, reason: str | None = None) -> None:
         """Terminate this actor with a failure: the same as :meth:`abort`."""
         self.abort(reason)
+
+    def set_system(self) -> None:
+        """Mark this actor as part of the infrastructure, not the user's program (Monarch
+        hides such actors from its admin views; here it sets ``is_system``)."""
+        self.is_system = True
 
     def __repr__(self) -> str:
         if self.creator is None and self.name == "root" and not self.class_name:

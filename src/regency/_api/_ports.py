@@ -24,6 +24,10 @@ class Port(Generic[R]):
     ``explicit_response_port`` endpoint by ``call``/``call_one``/``stream`` is once-only.
     """
 
+    return_undeliverable: bool
+    """Whether a message this port cannot deliver comes back to the sender as a failure
+    (always so in regency: a send to a dead receiver is reported by supervision)."""
+
     def __init__(self, addr: str, port_id: int, rank: int | None = None,
                  once: bool = False) -> None:
         self._addr = addr
@@ -44,10 +48,10 @@ class Port(Generic[R]):
         self._check_once()
         runtime().send_reply((self._addr, self._port_id), self._rank, m.OK, obj)
 
-    def exception(self, exc: BaseException) -> None:
-        """Send an error; the receiver (or caller) gets ``exc`` itself."""
+    def exception(self, e: BaseException) -> None:
+        """Send an error; the receiver (or caller) gets ``e`` itself."""
         self._check_once()
-        runtime().send_reply((self._addr, self._port_id), self._rank, m.RAW_ERROR, exc)
+        runtime().send_reply((self._addr, self._port_id), self._rank, m.RAW_ERROR, e)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (Port, (self._addr, self._port_id, self._rank, self._once))
@@ -62,7 +66,7 @@ class PortReceiver(Generic[R]):
     def __init__(self, once: bool = False, ranked: bool = False) -> None:
         self._lock = threading.Lock()
         self._items: collections.deque[tuple[int | None, int, Any]] = collections.deque()
-        self._waiters: collections.deque[Completion] = collections.deque()
+        self._waiters: collections.deque[tuple[Completion, bool]] = collections.deque()
         self._ranked = ranked
         rt = runtime()
         self.port_id = rt.open_port(self._on_reply)
@@ -75,29 +79,38 @@ class PortReceiver(Generic[R]):
         item = (reply.rank, reply.status, decode(frame))
         with self._lock:
             if self._waiters:
-                waiter = self._waiters.popleft()
+                waiter, ranked = self._waiters.popleft()
             else:
                 self._items.append(item)
                 return
-        self._complete(waiter, item)
+        self._complete(waiter, item, ranked)
 
-    def _complete(self, waiter: Completion, item: tuple[int | None, int, Any]) -> None:
+    @staticmethod
+    def _complete(waiter: Completion, item: tuple[int | None, int, Any], ranked: bool) -> None:
         rank, status, value = item
         if status != m.OK:
             waiter.set_exception(to_exception(status, value))
         else:
-            waiter.set_result((rank, value) if self._ranked else value)
+            waiter.set_result((rank, value) if ranked else value)
 
     def recv(self) -> Future[R]:
         """A future of the next value (in arrival order)."""
         waiter = Completion(f"a message on port {self.port_id}")
         with self._lock:
             if not self._items:
-                self._waiters.append(waiter)
+                self._waiters.append((waiter, self._ranked))
                 return Future._from(waiter)
             item = self._items.popleft()
-        self._complete(waiter, item)
+        self._complete(waiter, item, self._ranked)
         return Future._from(waiter)
+
+    def ranked(self) -> PortReceiver[tuple[int, R]]:
+        """A receiver of the same port whose ``recv()`` gives ``(rank, value)`` pairs: the
+        rank of the sender within the mesh that sent. Both receivers take from one queue."""
+        view: PortReceiver[tuple[int, R]] = object.__new__(PortReceiver)
+        view.__dict__.update(self.__dict__)
+        view._ranked = True
+        return view
 
     def close(self) -> None:
         """Stop receiving; later messages are dropped."""

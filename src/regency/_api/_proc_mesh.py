@@ -62,6 +62,19 @@ class ProcMesh(MeshTrait):
         st = api_state(runtime()).mesh_state.get(self._uid)
         return Future._from(st.ready) if st is not None else completed(True)
 
+    @classmethod
+    def from_host_mesh(cls, host_mesh: HostMesh, hy_proc_mesh: Any, region: Any,
+                       setup: Callable[[], Any] | None = None) -> ProcMesh:
+        """Not in regency: Monarch's internal constructor over a Rust proc-mesh handle.
+
+        Raises:
+            TypeError: always; ``host_mesh.spawn_procs(per_host=..., bootstrap=setup)`` makes
+                a ProcMesh on a host mesh.
+        """
+        raise TypeError("ProcMesh.from_host_mesh wraps a Monarch-internal Rust handle and has "
+                        "no meaning in regency; use host_mesh.spawn_procs(per_host={...}, "
+                        "bootstrap=setup) to get a ProcMesh on a host mesh")
+
     @property
     def host_mesh(self) -> HostMesh:
         """The host of a single-proc mesh."""
@@ -202,6 +215,25 @@ class HostMesh(MeshTrait):
         self._agents = agents
         self._owned = owned
         self._command = command  # what its procs run (None: forks of the fork server)
+        self._stream_logs = bool(config.get("enable_log_forwarding"))
+
+    @property
+    def region(self) -> Shape:
+        """Where these hosts sit in the host mesh they were sliced from: labels over a
+        strided slice of its ranks (Monarch's ``Region`` is the same pair)."""
+        return self._shape_
+
+    @property
+    def stream_logs(self) -> bool:
+        """Whether procs spawned here forward their output to the controller
+        (``enable_log_forwarding`` when the mesh was made)."""
+        return self._stream_logs
+
+    @property
+    def is_fake_in_process(self) -> bool:
+        """Whether the "hosts" are simulated inside this process: never in regency (every
+        proc is a real process)."""
+        return False
 
     @property
     def _shape(self) -> Shape:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
 from .._mesh import MeshTrait, Point, Shape
@@ -60,12 +60,35 @@ class ValueMesh(MeshTrait, Generic[R]):
             raise KeyError(f"item needs a coordinate for {missing} (dimensions {list(labels)})")
         return self._at(Point.from_coords(coords, self._shape_.extent).rank)
 
-    def get(self, local_index: int) -> R:
-        """The value at a flat, row-major index."""
+    def get(self, rank: int) -> R:
+        """The value at a flat, row-major index (the rank within this mesh)."""
         n = len(self._shape_)
-        if not -n <= local_index < n:
-            raise IndexError(f"index {local_index} out of range for a ValueMesh of {n} values")
-        return self._at(local_index % n)
+        if not -n <= rank < n:
+            raise IndexError(f"index {rank} out of range for a ValueMesh of {n} values")
+        return self._at(rank % n)
+
+    @staticmethod
+    def from_indexed(shape: Shape, pairs: Iterable[tuple[int, R]]) -> ValueMesh[R]:
+        """A ValueMesh over ``shape`` from ``(rank, value)`` pairs in any order.
+
+        Ranks are row-major indices within ``shape``; each must appear (a later pair for the
+        same rank replaces an earlier one, as in Monarch).
+
+        Raises:
+            ValueError: a rank is out of range or missing.
+        """
+        n = len(shape)
+        by_rank: dict[int, R] = {}
+        for rank, value in pairs:
+            if not 0 <= rank < n:
+                raise ValueError(f"invalid value mesh: rank {rank} is outside a shape of "
+                                 f"{n} ranks {shape.extent}")
+            by_rank[rank] = value
+        missing = [r for r in range(n) if r not in by_rank]
+        if missing:
+            raise ValueError(f"invalid value mesh: expected {n} ranks, but ranks "
+                             f"{missing[:8]} have no value")
+        return ValueMesh(shape, [by_rank[r] for r in range(n)])
 
     def __getitem__(self, key: int | Point | dict[str, int]) -> R:
         if isinstance(key, int):

@@ -126,7 +126,8 @@ class WorkerService:
 
 
 def run_worker_loop_forever(address: str = "tcp://0.0.0.0:26600",
-                            ca: str = "trust_all_connections", advertise: str | None = None) -> int:
+                            ca: str = "trust_all_connections", advertise: str | None = None,
+                            *, private_key: bytes | os.PathLike[str] | str | None = None) -> int:
     """Make this process a worker host serving controllers at ``address``, until shut down.
 
     The job secret comes from ``REGENCY_SECRET`` or ``REGENCY_SECRET_FILE``; with neither,
@@ -136,6 +137,7 @@ def run_worker_loop_forever(address: str = "tcp://0.0.0.0:26600",
     address on the interface of ``address``, or its hostname).
     """
     _check_ca(ca, "run_worker_loop_forever")
+    _check_private_key(private_key, "run_worker_loop_forever")
     secret = job_secret("a worker")
     addr = Address.parse(address)
     if addr.scheme != "tcp":
@@ -206,8 +208,24 @@ def _check_ca(ca: str, where: str) -> None:
         "pass ca='trust_all_connections' (the job secret still authenticates every peer)")
 
 
+def _check_private_key(key: bytes | os.PathLike[str] | str | None, where: str) -> None:
+    """Refuse a ``private_key`` that would be silently ignored, as ``_check_ca`` does."""
+    if key is None:
+        return
+    configured = str(config.get("tls_key") or "")
+    if not isinstance(key, bytes) and configured and (
+            os.path.realpath(key) == os.path.realpath(configured)):
+        return
+    raise ValueError(
+        f"{where}(private_key=...): regency takes TLS from its configuration, not from this "
+        "argument: set tls_cert, tls_key and tls_ca (or REGENCY_TLS_CERT, REGENCY_TLS_KEY, "
+        "REGENCY_TLS_CA) before the first regency call, with tls_key naming this key's file; "
+        "or leave private_key out (the job secret still authenticates every peer)")
+
+
 def attach_to_workers(workers: list[str], ca: str = "trust_all_connections",
-                      name: str | None = None) -> HostMesh:
+                      name: str | None = None, *,
+                      private_key: bytes | os.PathLike[str] | str | None = None) -> HostMesh:
     """A ``HostMesh`` with a ``hosts`` dimension over the given worker addresses.
 
     Attaches to each worker (they must share the job secret, see ``REGENCY_SECRET``; with none
@@ -221,6 +239,7 @@ def attach_to_workers(workers: list[str], ca: str = "trust_all_connections",
     if not workers:
         raise ValueError("attach_to_workers needs at least one worker address")
     _check_ca(ca, "attach_to_workers")
+    _check_private_key(private_key, "attach_to_workers")
     wanted = job_secret("attach_to_workers")
     rt = runtime()
     if rt.secret != wanted:

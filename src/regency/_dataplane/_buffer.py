@@ -241,9 +241,9 @@ class RDMAAction:
     def __init__(self) -> None:
         self._ops: list[tuple[int, RDMABuffer, Any, Region]] = []
 
-    def read_remote(self, dst_local: Any, src: RDMABuffer) -> RDMAAction:
-        """Queue ``src.read_into(dst_local)``."""
-        region = local_region(dst_local, writable=True, what="read_remote")
+    def read_remote(self, dst: Any, src: RDMABuffer) -> RDMAAction:
+        """Queue ``src.read_into(dst)``."""
+        region = local_region(dst, writable=True, what="read_remote")
         if region.nbytes < src.size():
             raise ValueError(f"destination local memory size ({region.nbytes}) must be >= "
                              f"remote buffer size ({src.size()})")
@@ -251,17 +251,36 @@ class RDMAAction:
             if op == _transfer.READ and _overlap(region, src.size(), other, buf.size()):
                 raise ValueError("read_remote: destination overlaps the destination of an "
                                  "earlier read in this action")
-        self._ops.append((_transfer.READ, src, dst_local, region))
+        self._ops.append((_transfer.READ, src, dst, region))
         return self
 
-    def write_remote(self, dst: RDMABuffer, src_local: Any) -> RDMAAction:
-        """Queue ``dst.write_from(src_local)``."""
-        region = local_region(src_local, writable=False, what="write_remote")
+    def write_remote(self, dst: RDMABuffer, src: Any) -> RDMAAction:
+        """Queue ``dst.write_from(src)``."""
+        region = local_region(src, writable=False, what="write_remote")
         if region.nbytes > dst.size():
             raise ValueError(f"source local memory size ({region.nbytes}) must be <= remote "
                              f"buffer size ({dst.size()})")
-        self._ops.append((_transfer.WRITE, dst, src_local, region))
+        self._ops.append((_transfer.WRITE, dst, src, region))
         return self
+
+    def fetch_add(self, src: RDMABuffer, dst: Any, add: int) -> RDMAAction:
+        """Not supported: remote atomics (Monarch 0.7.0's raises the same error).
+
+        Raises:
+            NotImplementedError: always; move the value with read_remote/write_remote and
+                let one actor own updates to it."""
+        raise NotImplementedError("Not yet supported: RDMAAction.fetch_add (no remote atomics; "
+                                  "read_remote/write_remote move bytes, and one actor should "
+                                  "own updates to a shared counter)")
+
+    def compare_and_swap(self, src: RDMABuffer, dst: Any, compare: int,
+                         swap: int) -> RDMAAction:
+        """Not supported: remote atomics (Monarch 0.7.0's raises the same error).
+
+        Raises:
+            NotImplementedError: always, as ``fetch_add``."""
+        raise NotImplementedError("Not yet supported: RDMAAction.compare_and_swap (no remote "
+                                  "atomics; let one actor own the value and call it)")
 
     def submit(self, *, timeout: float = DEFAULT_TIMEOUT) -> Future[None]:
         """Start every queued operation; the Future completes when all have."""

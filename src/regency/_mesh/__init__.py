@@ -13,10 +13,11 @@ test checks it), so the runtime, the wire layer and user code can all share it.
 from __future__ import annotations
 
 from regency._mesh._extent import Extent
+from regency._mesh._ndslice import NDSlice, Selection
 from regency._mesh._point import Point
 from regency._mesh._select import Selector
 from regency._mesh._shape import Shape
 from regency._mesh._slice import Slice
 from regency._mesh._trait import MeshTrait
 
-__all__ = ["Extent", "MeshTrait", "Point", "Selector", "Shape", "Slice"]
+__all__ = ["Extent", "MeshTrait", "NDSlice", "Point", "Selection", "Selector", "Shape", "Slice"]

@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping, Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from regency._mesh._checks import as_ints, as_labels, check_same_length
 from regency._mesh._rowmajor import product
+
+if TYPE_CHECKING:
+    from regency._mesh._shape import Shape
+
+
+def _decode(data: bytes, what: str) -> dict[str, Any]:
+    """The mapping ``bytes(x)`` wrote for an Extent or Point."""
+    try:
+        value = json.loads(data)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{what}.from_bytes: not the bytes of a regency {what}: {exc}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{what}.from_bytes: not the bytes of a regency {what}")
+    return value
 
 
 class Extent(Mapping[str, int]):
@@ -44,6 +59,23 @@ class Extent(Mapping[str, int]):
     def sizes(self) -> tuple[int, ...]:
         """The dimension sizes, in label order."""
         return self._sizes
+
+    @property
+    def region(self) -> Shape:
+        """The dense row-major region of this extent: labels over ``Slice(0, sizes, strides)``
+        (Monarch's ``Region`` is the same pair)."""
+        from regency._mesh._shape import Shape
+
+        return Shape.from_sizes(self.labels, self.sizes)
+
+    def __bytes__(self) -> bytes:
+        return json.dumps({"labels": list(self.labels), "sizes": list(self.sizes)}).encode()
+
+    @staticmethod
+    def from_bytes(bytes: bytes) -> Extent:  # noqa: A002 (Monarch's parameter name)
+        """The extent whose ``bytes(extent)`` this is."""
+        data = _decode(bytes, "Extent")
+        return Extent(data["labels"], data["sizes"])
 
     @property
     def nelements(self) -> int:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from typing import NoReturn
 
 from regency._mesh._checks import as_int
-from regency._mesh._extent import Extent
+from regency._mesh._extent import Extent, _decode
 from regency._mesh._rowmajor import ravel, unravel
 
 
@@ -73,6 +74,17 @@ class Point(Mapping[str, int]):
     def rank(self) -> int:
         """The row-major linear index of this point within its extent."""
         return self._rank
+
+    def __bytes__(self) -> bytes:
+        ext = self.extent
+        return json.dumps({"rank": self.rank, "labels": list(ext.labels),
+                           "sizes": list(ext.sizes)}).encode()
+
+    @staticmethod
+    def from_bytes(bytes: bytes) -> Point:  # noqa: A002 (Monarch's parameter name)
+        """The point whose ``bytes(point)`` this is."""
+        data = _decode(bytes, "Point")
+        return Point(data["rank"], Extent(data["labels"], data["sizes"]))
 
     @property
     def extent(self) -> Extent:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from regency._mesh import _reshape, _select
 from regency._mesh._checks import as_ints, as_labels, check_same_length
-from regency._mesh._extent import Extent
+from regency._mesh._extent import Extent, _decode
+from regency._mesh._ndslice import NDSlice
 from regency._mesh._point import Point
 from regency._mesh._select import Selector
 from regency._mesh._slice import Slice
@@ -36,6 +39,8 @@ class Shape:
 
     def __post_init__(self) -> None:
         labels = as_labels(self.labels)
+        if hasattr(self.slice, "to_slice"):  # Monarch's NDSlice
+            object.__setattr__(self, "slice", self.slice.to_slice())
         if not isinstance(self.slice, Slice):
             raise TypeError(f"Shape needs a Slice, not {type(self.slice).__name__}")
         check_same_length(labels, self.slice.sizes, "Shape")
@@ -84,7 +89,7 @@ class Shape:
         """Return the local rank of ``global_rank`` (ValueError if it is not in this shape)."""
         return self.slice.local_rank(global_rank)
 
-    def select(self, **selections: Selector) -> Shape:
+    def select(self, *label_and_slice: Any, **selections: Selector) -> Shape:
         """Select along named dimensions: ``shape.select(host=0, gpu=slice(0, 4, 2))``.
 
         An int fixes the coordinate and removes the dimension (negative counts from the end);
@@ -95,8 +100,49 @@ class Shape:
             ValueError: an unknown dimension, or a step that is not positive.
             IndexError: an int out of range for its dimension.
             TypeError: a selector that is not an int, slice or range.
+
+        Monarch's form, ``select(label, slice)`` (one dimension), is accepted too.
         """
+        if label_and_slice:
+            label, selector = label_and_slice  # Monarch's positional form
+            selections = {label: selector}
+        elif set(selections) == {"label", "slice"} and "label" not in self.labels:
+            selections = {str(selections["label"]): selections["slice"]}
         return Shape(*_select.select(self.labels, self.slice, selections))
+
+    def at(self, label: str, index: int) -> Shape:
+        """Fix ``label`` at ``index``, removing that dimension (Monarch's ``Shape.at``)."""
+        return self.select(**{label: index})
+
+    def index(self, **kwargs: int) -> Shape:
+        """Fix several dimensions at once, removing them: ``shape.index(host=0, gpu=3)``."""
+        return self.select(**kwargs)
+
+    def coordinates(self, rank: int) -> dict[str, int]:
+        """The coordinates of global ``rank`` (ValueError if it is not in this shape)."""
+        return dict(self.point(self.local_rank(rank)))
+
+    @property
+    def ndslice(self) -> NDSlice:
+        """The slice, as Monarch's `NDSlice`."""
+        return NDSlice.of(self.slice)
+
+    @property
+    def region(self) -> Shape:
+        """This shape: labels over a slice are what Monarch calls a ``Region``."""
+        return self
+
+    def __bytes__(self) -> bytes:
+        view = self.slice
+        return json.dumps({"labels": list(self.labels), "offset": view.offset,
+                           "sizes": list(view.sizes), "strides": list(view.strides)}).encode()
+
+    @staticmethod
+    def from_bytes(bytes: bytes) -> Shape:  # noqa: A002 (Monarch's parameter name)
+        """The shape whose ``bytes(shape)`` this is."""
+        data = _decode(bytes, "Shape")
+        return Shape(tuple(data["labels"]),
+                     Slice(data["offset"], tuple(data["sizes"]), tuple(data["strides"])))
 
     def flatten(self, name: str) -> Shape:
         """Merge all dimensions into one called ``name`` (0-dim becomes size 1).

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from .. import config
 from .._wire import Attachment, Destination, FrameDecoder, ProtocolError
 from . import _shm
 from ._buffers import allocate_buffer
@@ -64,7 +65,8 @@ class Reader:
         self._decode = decode
         self._owner = owner
         self._lending = lending
-        self.decoder = FrameDecoder(allocate=allocate, attachments=lending is not None)
+        self.decoder = FrameDecoder(allocate=allocate, attachments=lending is not None,
+                                    max_frame_bytes=int(config.get("codec_max_frame_length")))
         self._recv_into = self._recv_unix if lending is not None else sock.recv_into
 
     def read(self, sink: Sink, reads: int = READS_PER_EVENT) -> End | None:

@@ -26,6 +26,7 @@ from .._api._actor import concurrent_endpoint as concurrent_endpoint
 from .._api._actor import endpoint as endpoint
 from .._api._actor_mesh import ActorMesh as ActorMesh
 from .._api._as_endpoint import as_endpoint as as_endpoint
+from .._api._attach import attach as attach
 from .._api._bootstrap import enable_transport as enable_transport
 from .._api._bootstrap import shutdown_context as shutdown_context
 from .._api._bootstrap_command import BootstrapCommand as BootstrapCommand
@@ -41,6 +42,8 @@ from .._api._endpoint import Accumulator as Accumulator
 from .._api._endpoint import Endpoint as Endpoint
 from .._api._endpoint import send as send
 from .._api._future import Future as Future
+from .._api._ids import ProcId as ProcId
+from .._api._ids import Uid as Uid
 from .._api._ports import Channel as Channel
 from .._api._ports import Port as Port
 from .._api._ports import PortReceiver as PortReceiver
@@ -48,10 +51,12 @@ from .._api._proc_mesh import HostMesh as HostMesh
 from .._api._proc_mesh import ProcMesh as ProcMesh
 from .._api._proc_mesh import this_host as this_host
 from .._api._proc_mesh import this_proc as this_proc
+from .._api._returns_future import returns_future as returns_future
 from .._api._supervise import default_unhandled_fault_hook as _default_hook
 from .._api._value_mesh import ValueMesh as ValueMesh
 from .._api._workers import attach_to_workers as attach_to_workers
 from .._api._workers import run_worker_loop_forever as run_worker_loop_forever
+from .._config_types import ChannelTransport as ChannelTransport
 from .._mesh import Extent as Extent
 from .._mesh import Point as Point
 from .._mesh import Shape as Shape
@@ -72,6 +77,7 @@ __all__ = [
     "ActorError",
     "ActorMesh",
     "Channel",
+    "ChannelTransport",
     "Context",
     "Endpoint",
     "Extent",
@@ -82,12 +88,15 @@ __all__ = [
     "Point",
     "Port",
     "PortReceiver",
+    "ProcId",
     "ProcMesh",
     "Shape",
     "Slice",
     "SupervisionError",
+    "Uid",
     "ValueMesh",
     "as_endpoint",
+    "attach",
     "attach_to_workers",
     "concurrent_endpoint",
     "config",
@@ -99,6 +108,7 @@ __all__ = [
     "enable_transport",
     "endpoint",
     "get_or_spawn_controller",
+    "returns_future",
     "run_worker_loop_forever",
     "send",
     "shutdown_context",

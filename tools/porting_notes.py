@@ -1,0 +1,82 @@
+"""How each Monarch name differs in regency, where it does: the hand-written half of
+docs/porting.md (tools/porting_table.py adds the names themselves from the surface data).
+
+Key: ``"module:Name"`` or ``"module:Class.member"``. Value: (status, how). Status is one of
+``same`` (the default for a name that is present and compatible, so it needs no entry),
+``better``, ``different`` or ``not here``.
+"""
+
+from __future__ import annotations
+
+NOTES: dict[str, tuple[str, str]] = {
+    "monarch:mast_reserve": (
+        "not here", "raises: MAST is Meta's internal scheduler; use `regency.job`"),
+    "monarch:configure": (
+        "better", "unknown keys raise naming the nearest key; durations also as seconds"),
+    "monarch:get_global_config": (
+        "different", "durations are seconds (floats), not `'30s'` strings; regency's own "
+        "keys are listed too"),
+    "monarch:Future": (
+        "different", "regency's actor `Future`; the tensor engine's lands with issue 13"),
+    "monarch:Shape": (
+        "better", "regency's `Shape` (labels over a `Slice`), with Monarch's members too; "
+        "`select` takes Monarch's `(label, slice)` or several dimensions as keywords"),
+    "monarch:Selection": (
+        "different", "per-dimension expressions only (`*`, `?`, `i`, `a:b[:step]`); `&` and "
+        "`|` raise; `ranks(shape)` evaluates one"),
+    "monarch:Shape.from_bytes": (
+        "different", "reads `bytes(shape)` of regency, not Monarch's bincode"),
+    "monarch:Shape.region": ("different", "the shape itself (a `Region` is labels + slice)"),
+    "monarch:Extent": ("same", "`regency.Extent`; `region` is a `Shape`"),
+    "monarch.actor:attach": (
+        "not here", "raises: regency has no client gateway; the controller connects to "
+        "workers directly (`attach_to_workers`)"),
+    "monarch.actor:attach_to_workers": (
+        "different", "TLS comes from the `tls_*` configuration keys; `ca`/`private_key` "
+        "must be `'trust_all_connections'`/None or name the configured files; a job secret "
+        "authenticates every peer"),
+    "monarch.actor:run_worker_loop_forever": (
+        "different", "as `attach_to_workers` for `ca`/`private_key`; also `regency worker` "
+        "on the command line"),
+    "monarch.actor:ChannelTransport": (
+        "different", "`Unix`, `TcpWithLocalhost`, `TcpWithHostname` select regency's unix/tcp "
+        "transports; `Tls` is the `tls_*` keys; `Local`, `Quic` and the Meta ones raise"),
+    "monarch.config:ChannelTransport": (
+        "different", "see `monarch.actor:ChannelTransport`"),
+    "monarch.actor:enable_transport": (
+        "same", "accepts `'unix'`/`'ipc'`, `'tcp'`, `'tcp://...'` or a `ChannelTransport`"),
+    "monarch.actor:ValueMesh": (
+        "better", "also subscriptable: `vm[i]`, `vm[point]`, `vm[{'gpus': 1}]`"),
+    "monarch.actor:Actor": (
+        "same", "its mesh members (`slice`, `stop`, `extent`...) raise on an actor, as "
+        "Monarch's do, and say what to call instead"),
+    "monarch.actor:Extent.region": (
+        "different", "a `Shape` (labels over a strided `Slice`): the pair Monarch's `Region` is"),
+    "monarch.actor:HostMesh.region": ("different", "a `Shape`, as `Extent.region`"),
+    "monarch.actor:Extent.from_bytes": (
+        "different", "reads `bytes(extent)` of regency, not Monarch's bincode"),
+    "monarch.actor:Point.from_bytes": (
+        "different", "reads `bytes(point)` of regency, not Monarch's bincode"),
+    "monarch.actor:HostMesh.is_fake_in_process": (
+        "different", "always False: every regency proc is a real process"),
+    "monarch.actor:Instance.set_system": (
+        "different", "sets `is_system`; regency has no admin view to hide it from"),
+    "monarch.actor:ProcMesh.from_host_mesh": (
+        "not here", "raises: Monarch's internal constructor over a Rust handle; use "
+        "`host_mesh.spawn_procs(per_host=..., bootstrap=setup)`"),
+    "monarch.actor:Port.return_undeliverable": (
+        "same", "always true: a send to a dead receiver is reported by supervision"),
+    "monarch.config:Encoding": (
+        "different", "accepted for `default_encoding`, without effect (one wire format)"),
+    "monarch.config:configure": (
+        "better", "every Monarch key accepted (see docs/configuration.md); unknown keys "
+        "suggest the nearest; durations as numbers too"),
+    "monarch.config:get_global_config": (
+        "different", "durations are seconds (floats), not `'30s'` strings"),
+    "monarch.rdma:is_ibverbs_available": (
+        "different", "always False: bytes move over shared memory and sockets"),
+    "monarch.rdma:RDMAAction.fetch_add": (
+        "same", "raises `NotImplementedError`, as Monarch 0.7.0's does"),
+    "monarch.rdma:RDMAAction.compare_and_swap": (
+        "same", "raises `NotImplementedError`, as Monarch 0.7.0's does"),
+}
