@@ -52,6 +52,7 @@ _DEFAULTS: dict[str, Any] = {
     "handshake_timeout": 10.0,
     "handshake_max_pending": 512,
     "handshake_max_per_source": 64,
+    "debug_post_mortem": False,
 }
 
 _runtime: dict[str, Any] = {}

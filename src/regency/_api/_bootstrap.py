@@ -17,6 +17,7 @@ import secrets
 import threading
 
 from .. import config
+from .._debug._service import serve as serve_debugging
 from .._mesh import Extent, Point
 from .._runtime import _current, _output
 from .._runtime._host_agent import HostAgent
@@ -65,6 +66,7 @@ def _start_controller() -> Runtime:
     rt.root = rt.host_agent = rt.address
     rt.thread = thread
     rt.agent = HostAgent(rt)
+    serve_debugging(rt)  # breakpoint() in procs pauses them; `regency debug` attaches
     _output.install()  # procs' output is written between the script's lines, not inside
     _dispatch.install(rt)
     api_state(rt).root_context = root_context_of(rt)

@@ -1,4 +1,5 @@
-"""``regency``: the command line. Subcommands: ``version``, ``doctor``, ``worker``."""
+"""``regency``: the command line. Subcommands: ``version``, ``doctor``, ``worker``,
+``debug``."""
 
 from __future__ import annotations
 
@@ -63,6 +64,13 @@ def _worker(args: argparse.Namespace) -> int:
         return 2
 
 
+def _debug(args: argparse.Namespace) -> int:
+    """Attach to the paused ranks of a running controller."""
+    from .._debug._console import run
+
+    return run(connect=args.connect, pid=args.pid)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``regency`` command."""
     parser = argparse.ArgumentParser(prog="regency", description=__doc__)
@@ -76,6 +84,13 @@ def main(argv: list[str] | None = None) -> int:
     worker.add_argument("--advertise", default=None,
                         help="host name or IP other machines use to reach this one")
     worker.set_defaults(run=_worker)
+    debug = sub.add_parser("debug", help="attach to ranks paused at breakpoint()")
+    debug.add_argument("--connect", default=None, metavar="HOST:PORT",
+                       help="the controller's address (default: find the one running here); "
+                            "the key comes from REGENCY_SECRET or the controller's file")
+    debug.add_argument("--pid", type=int, default=None,
+                       help="the controller's pid, when several run here")
+    debug.set_defaults(run=_debug)
     args = parser.parse_args(argv)
     return int(args.run(args))
 
