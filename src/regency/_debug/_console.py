@@ -12,6 +12,7 @@ rank stays paused for the next console.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -46,6 +47,9 @@ class Console:
             except LinkClosed:
                 self.lost = "the controller has gone (its script ended or was stopped)"
                 self.ready.set()
+                if self.typing is not None:
+                    # out of input(): there is no one to talk to (a real signal wakes readline)
+                    signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
                 return
             if not isinstance(msg, ConsoleSays):
                 continue
@@ -93,6 +97,8 @@ class Console:
                 except KeyboardInterrupt:
                     self.typing = None
                     sys.stdout.write("\n")
+                    if self.lost:
+                        break
                     line = INTERRUPT
                 self.link.send(ConsoleLine(self.link.identity, line))
         except LinkClosed:
