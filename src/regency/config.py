@@ -53,6 +53,7 @@ _DEFAULTS: dict[str, Any] = {
     "handshake_max_pending": 512,
     "handshake_max_per_source": 64,
     "debug_post_mortem": False,
+    "timeout_stack_dump": True,
 }
 
 _runtime: dict[str, Any] = {}

@@ -316,3 +316,19 @@ def _address(runtime_dir: Path) -> str:
     assert len(files) == 1, files
     assert (files[0].stat().st_mode & 0o777) == 0o600
     return str(json.loads(files[0].read_text())["address"])
+
+
+def test_regency_stack_shows_where_every_proc_is(terms: Terminals) -> None:
+    ctl = terms.controller(FOUR_RANKS)
+    ctl.expect("regency debug")
+    con = terms.console()
+    con.expect(DBG)
+    _wait_paused(con, 2)
+    dump = terms._spawn(["-m", "regency", "stack"])
+    dump.expect(pexpect.EOF)
+    text = dump.before
+    assert "threads in anon ranks" in text, text
+    assert "in work" in text and "return local + 1" in text, text  # with the source line
+    assert "in read_line" in text, text  # the paused ranks wait in pdb for a line
+    con.sendline("continue")
+    ctl.expect("script done")

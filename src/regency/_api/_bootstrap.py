@@ -18,6 +18,7 @@ import threading
 
 from .. import config
 from .._debug._service import serve as serve_debugging
+from .._debug._stacks import serve_dumps
 from .._mesh import Extent, Point
 from .._runtime import _current, _output
 from .._runtime._host_agent import HostAgent
@@ -67,6 +68,7 @@ def _start_controller() -> Runtime:
     rt.thread = thread
     rt.agent = HostAgent(rt)
     serve_debugging(rt)  # breakpoint() in procs pauses them; `regency debug` attaches
+    serve_dumps(rt, rt.agent)  # stack dumps of this machine's procs
     _output.install()  # procs' output is written between the script's lines, not inside
     _dispatch.install(rt)
     api_state(rt).root_context = root_context_of(rt)

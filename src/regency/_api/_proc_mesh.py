@@ -12,7 +12,7 @@ import os
 import socket
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import cloudpickle
 
@@ -31,6 +31,9 @@ from ._leases import release_workers
 from ._mesh_state import _creator, _owner_uid, _qualname, _state, _token, countdown_port
 from ._process import runtime
 from ._state import OwnedMesh, ProcMeshRecord, api_state, supervisor
+
+if TYPE_CHECKING:
+    from .._debug._stacks import Stacks
 
 __all__ = ["HostMesh", "ProcMesh", "proc_mesh_of", "this_host", "this_proc"]
 
@@ -138,6 +141,18 @@ class ProcMesh(MeshTrait):
         for agent, addrs in by_agent.items():
             rt.send_sys(agent, m.StopProcs(addrs, reason, port))
         return Future._from(done)
+
+    def stacks(self, timeout: float = 1.0) -> Stacks:
+        """The Python stacks of every thread of every proc of this mesh, grouped.
+
+        Works on a proc stuck in a tight loop or a C call (see ``regency._debug._dumps``).
+        ``str()`` of the result shows identical stacks once, with the ranks that share them.
+        """
+        from .._debug._stacks import collect
+
+        procs = [(self._mesh_name, i, self._proc_addrs[g], self._host_agents[g])
+                 for i, g in enumerate(self._shape_.ranks())]
+        return collect(runtime(), procs, timeout)
 
     async def logging_option(self, stream_to_client: bool = True,
                              aggregate_window_sec: int | None = None, level: int = 20) -> None:

@@ -1,5 +1,5 @@
 """``regency``: the command line. Subcommands: ``version``, ``doctor``, ``worker``,
-``debug``."""
+``debug``, ``stack``."""
 
 from __future__ import annotations
 
@@ -71,6 +71,13 @@ def _debug(args: argparse.Namespace) -> int:
     return run(connect=args.connect, pid=args.pid)
 
 
+def _stack(args: argparse.Namespace) -> int:
+    """Print the stacks of every thread of every proc of a running controller."""
+    from .._debug._console import stack
+
+    return stack(connect=args.connect, pid=args.pid, timeout=args.timeout)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``regency`` command."""
     parser = argparse.ArgumentParser(prog="regency", description=__doc__)
@@ -91,6 +98,14 @@ def main(argv: list[str] | None = None) -> int:
     debug.add_argument("--pid", type=int, default=None,
                        help="the controller's pid, when several run here")
     debug.set_defaults(run=_debug)
+    stacks = sub.add_parser("stack", help="print every proc's Python stacks, grouped")
+    stacks.add_argument("--connect", default=None, metavar="HOST:PORT",
+                        help="the controller's address (default: the one running here)")
+    stacks.add_argument("--pid", type=int, default=None,
+                        help="the controller's pid, when several run here")
+    stacks.add_argument("--timeout", type=float, default=1.0,
+                        help="seconds to wait for each proc's stacks (default 1)")
+    stacks.set_defaults(run=_stack)
     args = parser.parse_args(argv)
     return int(args.run(args))
 

@@ -184,6 +184,40 @@ def run(connect: str | None = None, pid: int | None = None) -> int:
     return Console(link).run()
 
 
+def stack(connect: str | None = None, pid: int | None = None, timeout: float = 1.0) -> int:
+    """``regency stack``: print the grouped stacks of every proc of a running controller."""
+    from ..errors import AuthenticationError
+    from ._messages import StacksAsk, StacksSay
+
+    try:
+        address, key = _target(connect, pid)
+        link = Link(address, key, "stack")
+    except LookupError as exc:
+        print(f"regency stack: {exc}", file=sys.stderr)
+        return 2
+    except AuthenticationError as exc:
+        print(f"regency stack: {address} refused the connection: {exc}", file=sys.stderr)
+        return 3
+    except OSError as exc:
+        print(f"regency stack: cannot connect: {exc}", file=sys.stderr)
+        return 2
+    try:
+        link.send(StacksAsk(link.identity, timeout))
+        while True:
+            msg = link.recv(timeout + 10.0)
+            if msg is None:
+                print("regency stack: the controller did not answer", file=sys.stderr)
+                return 1
+            if isinstance(msg, StacksSay):
+                sys.stdout.write(msg.text)
+                return 0
+    except LinkClosed:
+        print("regency stack: the controller has gone", file=sys.stderr)
+        return 1
+    finally:
+        link.close()
+
+
 def _target(connect: str | None, pid: int | None) -> tuple[str, bytes]:
     """The address and key to use (see ``regency debug --help``)."""
     from .._runtime._secret import configured_secret

@@ -141,3 +141,31 @@ class ConsoleSays(SystemMessage):
     prompt: str | None
     words: list[str]
     info: Any = None
+
+
+# -- stack dumps ----------------------------------------------------------------------------------
+@system_message("dump_stacks")
+@dataclass(slots=True)
+class DumpStacks(SystemMessage):
+    """To a host agent: dump the Python stacks of these procs; answer ``{addr: text}``."""
+
+    addrs: list[str]
+    port: tuple[str, int]
+    timeout: float
+
+
+@system_message("stacks_ask")
+@dataclass(slots=True)
+class StacksAsk(SystemMessage):
+    """From ``regency stack`` (over a link): the stacks of every proc of the job."""
+
+    requester: str
+    timeout: float
+
+
+@system_message("stacks_say")
+@dataclass(slots=True)
+class StacksSay(SystemMessage):
+    """The answer to :class:`StacksAsk`: the grouped stacks, as text."""
+
+    text: str

@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import linecache
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,8 @@ from ._messages import (
     DebugSource,
     DebugSourceAsk,
     DebugStart,
+    StacksAsk,
+    StacksSay,
 )
 
 __all__ = ["DebugService", "serve"]
@@ -92,6 +95,7 @@ class DebugService:
         rt.handle(ConsoleHello, self._hello)
         rt.handle(ConsoleLine, self._line)
         rt.handle(ConsoleBye, self._bye)
+        rt.handle(StacksAsk, self._stacks)
         rt.router.close_hooks.append(self._closed)
 
     # -- sessions ------------------------------------------------------------------------------
@@ -161,6 +165,16 @@ class DebugService:
             if self.console is None:
                 _output.write_whole("stderr", f"regency: the debug session of {s.label} "
                                     "ended: its proc is gone\n")
+
+    def _stacks(self, m: StacksAsk) -> None:
+        from ._stacks import collect, job_procs
+
+        def work() -> None:
+            procs = job_procs(self.rt)
+            text = str(collect(self.rt, procs, m.timeout)) if procs else "no live procs\n"
+            self.rt.send_sys(m.requester, StacksSay(text))
+
+        threading.Thread(target=work, name="regency-stacks", daemon=True).start()
 
     # -- the console ---------------------------------------------------------------------------
     def _say(self, text: str, prompt: str | None = None, info: Any = None) -> None:
