@@ -54,6 +54,7 @@ _DEFAULTS: dict[str, Any] = {
     "handshake_max_per_source": 64,
     "debug_post_mortem": False,
     "timeout_stack_dump": True,
+    "log_dir": "",
 }
 
 _runtime: dict[str, Any] = {}

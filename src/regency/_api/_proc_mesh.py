@@ -155,8 +155,30 @@ class ProcMesh(MeshTrait):
         return collect(runtime(), procs, timeout)
 
     async def logging_option(self, stream_to_client: bool = True,
-                             aggregate_window_sec: int | None = None, level: int = 20) -> None:
-        """Accepted for Monarch compatibility: output is forwarded with a prefix by default."""
+                             aggregate_window_sec: float | None = None,
+                             level: int = 20) -> None:
+        """How this mesh's output shows on the controller's terminal (display only: every
+        line is still kept in the proc's log file and the failure reports' tail).
+
+        Args:
+            stream_to_client: False shows none of it.
+            aggregate_window_sec: hold lines this long, then show lines that several ranks
+                printed alike (numbers aside) once, as ``[N similar lines] text``.
+            level: stdout lines count as INFO (20), stderr lines as WARNING (30); lines
+                below ``level`` are not shown.
+
+        Raises:
+            ValueError: ``level`` outside 0..255, or a negative window.
+        """
+        from .._runtime._aggregate import Options, set_options
+
+        if not 0 <= int(level) <= 255:
+            raise ValueError(f"logging_option: invalid logging level {level} (0..255)")
+        if aggregate_window_sec is not None and aggregate_window_sec < 0:
+            raise ValueError(f"logging_option: aggregate_window_sec={aggregate_window_sec} "
+                             "is negative")
+        set_options(self._mesh_name, Options(bool(stream_to_client), aggregate_window_sec,
+                                             int(level)))
 
     async def __aenter__(self) -> ProcMesh:
         return self
