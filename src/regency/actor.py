@@ -50,6 +50,7 @@ from ._api._supervise import default_unhandled_fault_hook as _default_hook
 from ._api._value_mesh import ValueMesh as ValueMesh
 from ._api._workers import attach_to_workers as attach_to_workers
 from ._api._workers import run_worker_loop_forever as run_worker_loop_forever
+from ._debug._controller import debug_controller as debug_controller
 from ._mesh import Extent as Extent
 from ._mesh import Point as Point
 from ._mesh import Shape as Shape
@@ -92,6 +93,7 @@ __all__ = [
     "current_actor_name",
     "current_rank",
     "current_size",
+    "debug_controller",
     "enable_transport",
     "endpoint",
     "get_or_spawn_controller",

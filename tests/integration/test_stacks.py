@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from _stack_actors import Stuck
+
 from regency.actor import ProcMesh, this_host
 
 T = 30

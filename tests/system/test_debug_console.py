@@ -332,3 +332,29 @@ def test_regency_stack_shows_where_every_proc_is(terms: Terminals) -> None:
     assert "in read_line" in text, text  # the paused ranks wait in pdb for a line
     con.sendline("continue")
     ctl.expect("script done")
+
+
+def test_the_script_sees_its_paused_ranks_through_debug_controller(terms: Terminals) -> None:
+    ctl = terms.controller("""
+        from regency.actor import Actor, debug_controller, endpoint, this_host, current_rank
+
+        class Worker(Actor):
+            @endpoint
+            def work(self) -> int:
+                if current_rank().rank % 2:
+                    breakpoint()
+                return current_rank().rank
+
+        if __name__ == "__main__":
+            procs = this_host().spawn_procs(per_host={"procs": 4})
+            fut = procs.spawn("Worker", Worker).work.call()
+            paused = debug_controller().wait_pending_session(2, timeout=60)
+            print("paused", [(i.actor_name, i.rank, i.function) for i in paused])
+            print("results", [v for _, v in fut.get()])
+    """)
+    ctl.expect(r"paused \[\('Worker', 1, 'Worker.work'\), \('Worker', 3, 'Worker.work'\)\]")
+    con = terms.console()
+    con.expect(DBG)
+    con.sendline("continue")
+    ctl.expect(r"results \[0, 1, 2, 3\]")
+    ctl.expect(pexpect.EOF)

@@ -113,7 +113,7 @@ class ActorBehavior:
         explicit = False
         debug = _debug.installed
         if debug:
-            _debug.call_started(f"{self.class_name}.{name}")
+            _debug.call_started(self.class_name, name)
         try:
             fn, explicit, args, kwargs = self._prepare(name, port, frame)
             result = fn(*args, **kwargs)
@@ -164,7 +164,7 @@ class ActorBehavior:
         explicit = False
         debug = _debug.installed
         if debug:
-            _debug.call_started(f"{self.class_name}.{name}")
+            _debug.call_started(self.class_name, name)
         try:
             fn, explicit, args, kwargs = self._prepare(name, port, frame)
             result = fn(*args, **kwargs)

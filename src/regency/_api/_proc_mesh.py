@@ -12,12 +12,14 @@ import os
 import socket
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import cloudpickle
 
 from .. import config
+from .._debug._stacks import Stacks, collect
 from .._mesh import MeshTrait, Shape
+from .._runtime._aggregate import Options, set_options
 from .._runtime._completion import Completion
 from .._runtime._pickling import describe_unpicklable, dumps, dumps_inband
 from .._runtime._runtime import Runtime
@@ -31,9 +33,6 @@ from ._leases import release_workers
 from ._mesh_state import _creator, _owner_uid, _qualname, _state, _token, countdown_port
 from ._process import runtime
 from ._state import OwnedMesh, ProcMeshRecord, api_state, supervisor
-
-if TYPE_CHECKING:
-    from .._debug._stacks import Stacks
 
 __all__ = ["HostMesh", "ProcMesh", "proc_mesh_of", "this_host", "this_proc"]
 
@@ -148,8 +147,6 @@ class ProcMesh(MeshTrait):
         Works on a proc stuck in a tight loop or a C call (see ``regency._debug._dumps``).
         ``str()`` of the result shows identical stacks once, with the ranks that share them.
         """
-        from .._debug._stacks import collect
-
         procs = [(self._mesh_name, i, self._proc_addrs[g], self._host_agents[g])
                  for i, g in enumerate(self._shape_.ranks())]
         return collect(runtime(), procs, timeout)
@@ -170,8 +167,6 @@ class ProcMesh(MeshTrait):
         Raises:
             ValueError: ``level`` outside 0..255, or a negative window.
         """
-        from .._runtime._aggregate import Options, set_options
-
         if not 0 <= int(level) <= 255:
             raise ValueError(f"logging_option: invalid logging level {level} (0..255)")
         if aggregate_window_sec is not None and aggregate_window_sec < 0:

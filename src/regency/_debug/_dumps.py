@@ -25,7 +25,7 @@ from typing import IO
 
 from ._discovery import runtime_dir
 
-__all__ = ["SIGNAL", "arm", "dump_pids", "stack_file"]
+__all__ = ["SIGNAL", "arm", "dump_pids", "forget", "stack_file"]
 
 #: The signal that asks a proc for its stacks (a real-time one: no library uses it by default).
 SIGNAL = signal.SIGRTMIN + 6
@@ -90,6 +90,14 @@ def dump_pids(pids: list[int], timeout: float = 1.0) -> dict[int, str]:
                         f"(no stacks within {timeout}s: the proc does not take signals)")
     _forget_dead()
     return out
+
+
+def forget(pid: int) -> None:
+    """The proc ``pid`` exited: remove its stack file."""
+    try:
+        stack_file(pid).unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def _read(pid: int, begin: int, end: int) -> str:

@@ -204,7 +204,8 @@ def _stack(frame: FrameType | None) -> list[FrameType]:
 def _open(post_mortem: bool = False) -> Session:
     session: Session | None = getattr(_local, "session", None)
     if session is None or session.ended:
-        session = Session(getattr(_local, "endpoint", "") or "", post_mortem)
+        where = getattr(_local, "endpoint", None)
+        session = Session(f"{where[0]}.{where[1]}" if where else "", post_mortem)
         _local.session = session
     return session
 
@@ -244,9 +245,9 @@ def install() -> None:
 
 
 # -- what the behavior tells us ------------------------------------------------------------------
-def call_started(endpoint: str) -> None:
+def call_started(class_name: str, endpoint: str) -> None:
     """An endpoint starts on this thread."""
-    _local.endpoint = endpoint
+    _local.endpoint = (class_name, endpoint)
     _local.paused = False
 
 

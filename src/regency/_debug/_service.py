@@ -345,9 +345,18 @@ class DebugService:
                        for r in rows)
 
 
+_current: DebugService | None = None
+
+
+def current() -> DebugService | None:
+    """The debug service of this process's controller runtime, if it has one."""
+    return _current
+
+
 def serve(rt: Runtime) -> DebugService:
     """Host the debug service on the controller's runtime and announce it on this machine."""
-    service = DebugService(rt)
+    global _current
+    service = _current = DebugService(rt)
     try:
         service.path = _discovery.write(rt.job, rt.address, rt.secret, rt.router.tcp_identity)
         atexit.register(_discovery.remove, service.path)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._runtime._pickling import loads
 from .._wire._messages import OK, Reply
-from ._dumps import dump_pids
+from ._dumps import dump_pids, forget
 from ._messages import DumpStacks
 
 if TYPE_CHECKING:
@@ -158,6 +158,7 @@ def serve_dumps(rt: Runtime, agent: HostAgent) -> None:
         threading.Thread(target=work, name="regency-stack-dump", daemon=True).start()
 
     rt.handle(DumpStacks, on_dump)
+    agent.exit_hooks.append(lambda rec: forget(rec.pid) if rec.pid else None)
 
 
 # -- the controller's side -------------------------------------------------------------------------

@@ -191,6 +191,7 @@ class HostAgent:
         self.advertise_host = ""  # set on workers: procs listen on tcp at this host
         self.forward_to = ""  # set on workers: the controller that gets the procs' output
         self._resolving: dict[str, list[PortRef]] = {}
+        self.exit_hooks: list[Callable[[ProcRecord], None]] = []  # services' cleanup per proc
 
     # -- the fork server -------------------------------------------------------------------
     def start_zygote(self) -> None:
@@ -395,6 +396,11 @@ class HostAgent:
         for fd, stream in list(zip(rec.pipes, (sys.stdout, sys.stderr))):
             self._read_rest(rec, fd, stream)
         _proclog.close(rec.addr)
+        for hook in self.exit_hooks:
+            try:
+                hook(rec)
+            except Exception:  # noqa: BLE001 - a service's cleanup must not stop the report
+                log.exception("regency: error in a proc-exit hook")
         if cause == "killed by signal SIGKILL" and not rec.killed and oom_kills(rec) > rec.ooms:
             cause += " (out of memory: the kernel's OOM killer ended it)"
         self.rt.mark_dead(rec.addr, f"proc {cause}")

@@ -4,8 +4,8 @@ The host agent appends each line a proc prints (stdout and stderr, in the order 
 stderr lines marked) to one file per proc, named after the proc's address, in
 ``<tmp>/regency-<uid>/logs/`` of the proc's machine (``log_dir`` to choose another place).
 Forwarding may aggregate or filter what reaches the controller's terminal; the file keeps
-everything, and failure reports name it. Files stay after the job for reading; nothing
-bounds their size.
+everything, and failure reports name it. Files stay after the job for reading (a week: older
+ones are removed when a process first writes there); nothing bounds their size.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import time
 from pathlib import Path
 from typing import IO
 
@@ -44,12 +45,31 @@ def write(addr: str, kind: str, lines: list[str]) -> None:
         if f is None:
             path = log_path(addr)
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            _prune(path.parent)
             f = _open[addr] = open(path, "a", encoding="utf-8", errors="replace")  # noqa: SIM115
         mark = "! " if kind == "stderr" else "  "
         f.write("".join(f"{mark}{line}\n" for line in lines))
         f.flush()
     except OSError:
         pass
+
+
+#: Log files older than this are removed when a process first writes to the directory.
+KEEP_S = 7 * 24 * 3600.0
+_pruned: set[Path] = set()
+
+
+def _prune(directory: Path) -> None:
+    if directory in _pruned:
+        return
+    _pruned.add(directory)
+    cutoff = time.time() - KEEP_S
+    for old in directory.glob("*.log"):
+        try:
+            if old.stat().st_mtime < cutoff:
+                old.unlink()
+        except OSError:
+            continue
 
 
 def close(addr: str) -> None:
