@@ -17,6 +17,7 @@ import socket
 import ssl
 import threading
 
+from .._runtime._pickling import dumps_inband, loads
 from .._transport._address import Address
 from .._version import __version__
 from .._wire import ClientHandshake, FrameDecoder, decode_header, encode_frame, system_header
@@ -46,7 +47,7 @@ class Link:
         self._decoder = FrameDecoder()
         self._sock = _dial(address, timeout, tls)
         try:
-            _handshake(self._sock, ClientHandshake(secret, _version(), self.identity),
+            _handshake(self._sock, ClientHandshake(secret, __version__, self.identity),
                        self._decoder)
         except BaseException:
             self._sock.close()
@@ -56,8 +57,6 @@ class Link:
 
     def send(self, msg: SystemMessage) -> None:
         """Send one system message (any thread). Raises :class:`LinkClosed` when gone."""
-        from .._runtime._pickling import dumps_inband
-
         frame = encode_frame([system_header(msg.KIND), dumps_inband(msg)])
         data = b"".join(bytes(b) for b in frame)
         with self._write:
@@ -70,8 +69,6 @@ class Link:
         """The next system message; None when ``timeout`` passed first.
 
         Raises :class:`LinkClosed` when the peer closed the connection."""
-        from .._runtime._pickling import loads
-
         while True:
             frame = self._decoder.next_frame()
             if frame is not None:
@@ -102,10 +99,6 @@ class Link:
             except OSError:
                 pass
             self._sock.close()
-
-
-def _version() -> str:
-    return __version__  # what every runtime announces in its handshake
 
 
 def _dial(address: str, timeout: float, tls: ssl.SSLContext | None) -> socket.socket:

@@ -137,8 +137,7 @@ class DebugService:
     def _gone(self, sid: str, s: Paused, why: str) -> None:
         if self.attached == sid:
             self.attached = None
-            self._say(f"{''.join(s.log) if self.cast is None else ''}"
-                      f"[debug] {s.label} runs on ({why})\n", PROMPT)
+            self._say(f"[debug] {s.label} runs on ({why})\n", PROMPT)  # its output went already
         elif self.console is not None and (self.cast is None or sid not in self.cast.waiting):
             self._say(f"[debug] {s.label} runs on ({why})\n")
         self._cast_answered(sid)
