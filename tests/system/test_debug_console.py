@@ -158,9 +158,19 @@ def test_bad_commands_and_ranks_say_what_exists(terms: Terminals) -> None:
     con.expect(r"\[Worker 1\] 1")
     con.expect(r"\[Worker 3\] 3")
     con.expect(DBG)
+    con.send("att\t")  # readline completes commands, then actor names
+    con.expect("attach ")
+    con.send("Wor\t")
+    con.expect("Worker ")
+    con.sendline("1")
+    con.expect(PDB)
+    con.sendline("detach")
+    con.expect(DBG)
     con.sendline("c")
     ctl.expect("script done")
     ctl.expect(pexpect.EOF)
+    history = (terms.tmp / ".regency_debug_history").read_text()
+    assert "frobnicate" in history and "attach Worker 1" in history
 
 
 def test_a_console_with_the_wrong_secret_is_refused(terms: Terminals) -> None:

@@ -138,7 +138,7 @@ def _setup_readline(console: Console) -> None:
     readline.set_history_length(1000)
 
     def complete(text: str, state: int) -> str | None:
-        hits = [w for w in console.words if w.startswith(text)]
+        hits = [w if w.endswith("(") else w + " " for w in console.words if w.startswith(text)]
         return hits[state] if state < len(hits) else None
 
     readline.set_completer(complete)
