@@ -368,3 +368,42 @@ def test_the_script_sees_its_paused_ranks_through_debug_controller(terms: Termin
     con.sendline("continue")
     ctl.expect(r"results \[0, 1, 2, 3\]")
     ctl.expect(pexpect.EOF)
+
+
+def test_a_rank_on_a_worker_host_is_debugged_over_tcp(terms: Terminals) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    secret = {"REGENCY_SECRET": "debug-over-tcp-secret"}
+    worker = terms._spawn(["-m", "regency", "worker", "--listen", f"tcp://127.0.0.1:{port}",
+                           "--advertise", "127.0.0.1"], secret)
+    terms.env.update(secret)
+    ctl = terms.controller(f"""
+        from regency.actor import Actor, attach_to_workers, endpoint, current_rank
+
+        class Remote(Actor):
+            @endpoint
+            def where(self) -> int:
+                here = "on the worker"
+                breakpoint()
+                return current_rank().rank
+
+        if __name__ == "__main__":
+            hosts = attach_to_workers(["tcp://127.0.0.1:{port}"])
+            procs = hosts.spawn_procs(per_host={{"procs": 1}})
+            print("results", [v for _, v in procs.spawn("Remote", Remote).where.call().get()])
+    """)
+    ctl.expect("regency debug")
+    con = terms.console()
+    con.expect(DBG)
+    con.sendline("attach Remote 0")
+    con.expect(PDB)
+    con.sendline("p here")
+    con.expect("'on the worker'")
+    con.expect(PDB)
+    con.sendline("c")
+    ctl.expect(r"results \[0\]")
+    ctl.expect(pexpect.EOF)
+    worker.terminate(force=True)
