@@ -62,6 +62,12 @@ REGENCY_KEYS: dict[str, Key] = {k.name: k for k in (
     _key("shm_pool_bytes", "int", 1024 * MIB, "size of the shared-memory pool"),
     _key("fail_fast_exit_deadline", "duration", 5.0,
          "how long fail-fast waits for procs to stop before exiting"),
+    _key("debug_post_mortem", "bool", False,
+         "pause a rank in the debugger at any uncaught endpoint exception (regency debug)"),
+    _key("timeout_stack_dump", "bool", True,
+         "a Future.get(timeout>=1s) that expires shows where the callee is stuck"),
+    _key("log_dir", "str", "", "where every proc's whole output is kept (default: "
+         "/tmp/regency-<uid>/logs)"),
     _key("sigterm_grace", "duration", 20.0,
          "after SIGTERM, how long the controller's cleanup may take before it exits with 143"),
     _key("malloc_reuse", "bool", True, "reuse receive buffers"),

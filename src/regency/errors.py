@@ -84,6 +84,7 @@ class MeshFailure:
         cause: one line: the exception, exit code or signal.
         traceback: remote traceback text, when the cause was an exception.
         last_lines: the last lines the proc printed.
+        log_path: the file on ``host`` that holds everything the proc printed.
         chain: reports of the failures that led here, oldest first.
     """
 
@@ -99,6 +100,7 @@ class MeshFailure:
     last_lines: list[str] = field(default_factory=list)
     chain: list[str] = field(default_factory=list)
     time: float = field(default_factory=time.time)
+    log_path: str = ""
 
     @property
     def mesh(self) -> tuple[()]:
@@ -125,6 +127,8 @@ class MeshFailure:
         if self.last_lines:
             lines.append(f"  last {len(self.last_lines)} lines printed by the proc:")
             lines.extend("    | " + ln for ln in self.last_lines)
+        if self.log_path:
+            lines.append(f"  full output: {self.log_path} (on {self.host})")
         for earlier in self.chain:
             lines.append("This error occurred while handling another failure:")
             lines.extend("    " + ln for ln in earlier.splitlines())

@@ -18,6 +18,7 @@ from dataclasses import replace
 from functools import cached_property
 from typing import Any
 
+from .._debug import _rank as _debug
 from .._mesh import Extent, Point, Shape, Slice
 from .._runtime._pickling import loads
 from .._runtime._runtime import Runtime
@@ -112,19 +113,28 @@ class ActorBehavior:
         if self._status is not None:
             self._say_running(name)
         explicit = False
+        debug = _debug.installed
+        if debug:
+            _debug.call_started(self.class_name, name)
         try:
             fn, explicit, args, kwargs = self._prepare(name, port, frame)
             result = fn(*args, **kwargs)
         except Exception as exc:
+            if debug:
+                _debug.call_raised(exc)
             self._on_exception(exc, name, port, explicit)
         except BaseException as exc:
             self._on_fatal(exc, name, port)
         else:
+            if debug:
+                _debug.call_ended()
             if port is not None and not explicit:
                 if self.before_reply is not None:
                     self.before_reply()
                 self._reply(port, result, name)
         finally:
+            if debug:
+                _debug.call_ended()
             if self._status is not None:
                 self._status[:1] = b"\0"  # nothing in flight
         self._apply_abort()
@@ -155,19 +165,28 @@ class ActorBehavior:
         ctx.concurrent = concurrent
         set_context(ctx)
         explicit = False
+        debug = _debug.installed
+        if debug:
+            _debug.call_started(self.class_name, name)
         try:
             fn, explicit, args, kwargs = self._prepare(name, port, frame)
             result = fn(*args, **kwargs)
             if inspect.isawaitable(result):
                 result = await result
         except Exception as exc:
+            if debug:
+                _debug.call_raised(exc)
             self._on_exception(exc, name, port, explicit)
         except BaseException as exc:
             self._on_fatal(exc, name, port)
         else:
+            if debug:
+                _debug.call_ended()
             if port is not None and not explicit:
                 self._reply(port, result, name)
         finally:
+            if debug:
+                _debug.call_ended()
             if self._status is not None:
                 self._status[:1] = b"\0"  # nothing in flight
         self._apply_abort()

@@ -18,9 +18,13 @@ import threading
 
 from .. import config
 from .._config_types import ChannelTransport, transport_name
+from .._debug._service import serve as serve_debugging
+from .._debug._stacks import serve_dumps
 from .._mesh import Extent, Point
 from .._runtime import _current, _output
+from .._runtime._aggregate import flush_all as flush_windows
 from .._runtime._host_agent import HostAgent
+from .._runtime._host_agent import _write_lines as write_now
 from .._runtime._malloc import reuse_freed_memory
 from .._runtime._runtime import Runtime
 from .._runtime._secret import SecretError, configured_secret
@@ -65,6 +69,8 @@ def _start_controller() -> Runtime:
     rt.root = rt.host_agent = rt.address
     rt.thread = thread
     rt.agent = HostAgent(rt)
+    serve_debugging(rt)  # breakpoint() in procs pauses them; `regency debug` attaches
+    serve_dumps(rt, rt.agent)  # stack dumps of this machine's procs
     _output.install()  # procs' output is written between the script's lines, not inside
     _dispatch.install(rt)
     api_state(rt).root_context = root_context_of(rt)
@@ -152,6 +158,7 @@ def _at_exit() -> None:
     if rt is not None and rt.role == "controller":
         # after a fail-fast, healthy but busy actors are not waited for
         _shutdown(rt, 0.3 if _failfast.pending_exit_code() is not None else 3.0)
+    flush_windows(write_now)  # lines held for an aggregation window
     _output.release_all()  # procs' lines held back by a line the script left open
     code = _failfast.pending_exit_code()
     if code is not None:

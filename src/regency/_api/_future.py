@@ -9,6 +9,7 @@ import warnings
 from collections.abc import Callable, Generator
 from typing import Any, Generic, TypeVar
 
+from .._debug._stacks import where_stuck
 from .._runtime._completion import Completion
 from . import _failfast
 
@@ -58,7 +59,8 @@ class Future(Generic[R]):
             if not _wait(c, timeout):
                 label = c.label() if callable(c.label) else c.label
                 what = f": still waiting for {label}" if label else ""
-                raise TimeoutError(f"no result within {timeout}s{what}")
+                raise TimeoutError(f"no result within {timeout}s{what}"
+                                   f"{where_stuck(c.label, timeout)}")
         return c.outcome()  # type: ignore[no-any-return,unused-ignore]
 
     def _guard_blocking(self) -> None:

@@ -20,6 +20,8 @@ import traceback
 from typing import Any
 
 from .. import config
+from .._debug import _rank as _debug_rank
+from .._debug._dumps import arm as arm_stack_dumps
 from .._mesh import Point, Shape
 from .._runtime import _current
 from .._runtime._runtime import Runtime
@@ -56,6 +58,8 @@ def run_proc(spec: dict[str, Any]) -> int:
     rt.proc_uid = spec["mesh_uid"]
     rt.proc_rank = spec["rank"]
     _dispatch.install(rt)
+    _debug_rank.install()  # breakpoint() pauses this rank; the console is at the controller
+    arm_stack_dumps()  # its host agent can read every thread's stack, whatever it is doing
     for fd in spec.get("extra_fds", [])[:1]:
         rt.status_page = mmap.mmap(fd, 0)  # where we say which endpoint runs
         os.close(fd)

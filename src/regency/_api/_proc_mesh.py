@@ -17,7 +17,9 @@ from typing import Any, TypeVar
 import cloudpickle
 
 from .. import config
+from .._debug._stacks import Stacks, collect
 from .._mesh import MeshTrait, Point, Shape
+from .._runtime._aggregate import Options, set_options
 from .._runtime._completion import Completion
 from .._runtime._pickling import describe_unpicklable, dumps, dumps_inband
 from .._runtime._runtime import Runtime
@@ -153,9 +155,39 @@ class ProcMesh(MeshTrait):
             rt.send_sys(agent, m.StopProcs(addrs, reason, port))
         return Future._from(done)
 
+    def stacks(self, timeout: float = 1.0) -> Stacks:
+        """The Python stacks of every thread of every proc of this mesh, grouped.
+
+        Works on a proc stuck in a tight loop or a C call (see ``regency._debug._dumps``).
+        ``str()`` of the result shows identical stacks once, with the ranks that share them.
+        """
+        procs = [(self._mesh_name, i, self._proc_addrs[g], self._host_agents[g])
+                 for i, g in enumerate(self._shape_.ranks())]
+        return collect(runtime(), procs, timeout)
+
     async def logging_option(self, stream_to_client: bool = True,
-                             aggregate_window_sec: int | None = None, level: int = 20) -> None:
-        """Accepted for Monarch compatibility: output is forwarded with a prefix by default."""
+                             aggregate_window_sec: float | None = None,
+                             level: int = 20) -> None:
+        """How this mesh's output shows on the controller's terminal (display only: every
+        line is still kept in the proc's log file and the failure reports' tail).
+
+        Args:
+            stream_to_client: False shows none of it.
+            aggregate_window_sec: hold lines this long, then show lines that several ranks
+                printed alike (numbers aside) once, as ``[N similar lines] text``.
+            level: stdout lines count as INFO (20), stderr lines as WARNING (30); lines
+                below ``level`` are not shown.
+
+        Raises:
+            ValueError: ``level`` outside 0..255, or a negative window.
+        """
+        if not 0 <= int(level) <= 255:
+            raise ValueError(f"logging_option: invalid logging level {level} (0..255)")
+        if aggregate_window_sec is not None and aggregate_window_sec < 0:
+            raise ValueError(f"logging_option: aggregate_window_sec={aggregate_window_sec} "
+                             "is negative")
+        set_options(self._mesh_name, Options(bool(stream_to_client), aggregate_window_sec,
+                                             int(level)))
 
     async def __aenter__(self) -> ProcMesh:
         return self

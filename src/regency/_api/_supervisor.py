@@ -29,6 +29,7 @@ from dataclasses import replace
 from typing import Any
 
 from .._mesh import Shape
+from .._runtime._proclog import log_path as proc_log_path
 from .._runtime._runtime import Runtime
 from .._supervision import (
     Action,
@@ -302,6 +303,10 @@ class Supervisor:
             failure = replace(failure, ranks=local, coords=[dict(shape.point(r)) for r in local])
         if not failure.last_lines:
             failure = replace(failure, last_lines=self._last_lines(failure, shape))
+        if not failure.log_path:
+            addr = self._addr_of(failure, shape)
+            if addr:
+                failure = replace(failure, log_path=str(proc_log_path(addr)))
         if failure.endpoint is None and failure.actor_class:
             addr = self._addr_of(failure, shape)
             if addr in self._in_flight:

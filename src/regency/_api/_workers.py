@@ -17,6 +17,7 @@ import socket
 import time
 
 from .. import config
+from .._debug._stacks import serve_dumps
 from .._mesh import Shape
 from .._runtime import _current
 from .._runtime._host_agent import HostAgent
@@ -146,6 +147,7 @@ def run_worker_loop_forever(address: str = "tcp://0.0.0.0:26600",
     _current.set_runtime(rt)
     asyncio.set_event_loop(rt.loop)
     agent = HostAgent(rt)
+    serve_dumps(rt, agent)  # stack dumps of this machine's procs
     agent.advertise_host = advertise or _advertised_host(addr.host)
     rt.agent = agent
     _dispatch.install(rt)

@@ -1,4 +1,5 @@
-"""``regency``: the command line. Subcommands: ``version``, ``doctor``, ``worker``."""
+"""``regency``: the command line. Subcommands: ``version``, ``doctor``, ``worker``,
+``debug``, ``stack``."""
 
 from __future__ import annotations
 
@@ -63,6 +64,20 @@ def _worker(args: argparse.Namespace) -> int:
         return 2
 
 
+def _debug(args: argparse.Namespace) -> int:
+    """Attach to the paused ranks of a running controller."""
+    from .._debug._console import run
+
+    return run(connect=args.connect, pid=args.pid)
+
+
+def _stack(args: argparse.Namespace) -> int:
+    """Print the stacks of every thread of every proc of a running controller."""
+    from .._debug._console import stack
+
+    return stack(connect=args.connect, pid=args.pid, timeout=args.timeout)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``regency`` command."""
     parser = argparse.ArgumentParser(prog="regency", description=__doc__)
@@ -76,6 +91,21 @@ def main(argv: list[str] | None = None) -> int:
     worker.add_argument("--advertise", default=None,
                         help="host name or IP other machines use to reach this one")
     worker.set_defaults(run=_worker)
+    debug = sub.add_parser("debug", help="attach to ranks paused at breakpoint()")
+    debug.add_argument("--connect", default=None, metavar="HOST:PORT",
+                       help="the controller's address (default: find the one running here); "
+                            "the key comes from REGENCY_SECRET or the controller's file")
+    debug.add_argument("--pid", type=int, default=None,
+                       help="the controller's pid, when several run here")
+    debug.set_defaults(run=_debug)
+    stacks = sub.add_parser("stack", help="print every proc's Python stacks, grouped")
+    stacks.add_argument("--connect", default=None, metavar="HOST:PORT",
+                        help="the controller's address (default: the one running here)")
+    stacks.add_argument("--pid", type=int, default=None,
+                        help="the controller's pid, when several run here")
+    stacks.add_argument("--timeout", type=float, default=1.0,
+                        help="seconds to wait for each proc's stacks (default 1)")
+    stacks.set_defaults(run=_stack)
     args = parser.parse_args(argv)
     return int(args.run(args))
 

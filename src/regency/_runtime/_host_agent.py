@@ -25,7 +25,8 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Coroutine
+import threading
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -43,7 +44,7 @@ from .._wire._messages import (
     StopProc,
     StopProcs,
 )
-from . import _output
+from . import _aggregate, _output, _proclog
 from ._runtime import Runtime
 
 log = logging.getLogger("regency.host")
@@ -75,6 +76,21 @@ class ProcRecord:
 def write_lines(label: str, kind: str, lines: list[str]) -> None:
     """Print a proc's lines on our stdout or stderr, each prefixed with ``[label]``: whole
     lines, never inside a line this process's own code is writing (see ``_output``)."""
+    if _aggregate.intercept(label, kind, lines, _write_lines, _later):
+        return  # hidden, or held for an aggregation window
+    _write_lines(label, kind, lines)
+
+
+def _later(delay: float, fn: Callable[[], None]) -> None:
+    try:
+        asyncio.get_running_loop().call_later(delay, fn)
+    except RuntimeError:  # no loop on this thread: a timer thread
+        timer = threading.Timer(delay, fn)
+        timer.daemon = True
+        timer.start()
+
+
+def _write_lines(label: str, kind: str, lines: list[str]) -> None:
     prefix = f"[{label}] " if config.get("prefix_with_rank") else ""
     try:
         held = _output.write_whole(kind, "".join(f"{prefix}{t}\n" for t in lines))
@@ -194,6 +210,7 @@ class HostAgent:
         self.advertise_host = ""  # set on workers: procs listen on tcp at this host
         self.forward_to = ""  # set on workers: the controller that gets the procs' output
         self._resolving: dict[str, list[PortRef]] = {}
+        self.exit_hooks: list[Callable[[ProcRecord], None]] = []  # services' cleanup per proc
 
     # -- the fork server -------------------------------------------------------------------
     def start_zygote(self) -> None:
@@ -385,9 +402,10 @@ class HostAgent:
             return
         text = [ln.decode("utf-8", "replace") for ln in lines]
         rec.tail.extend(text)
+        kind = "stderr" if stream is sys.stderr else "stdout"
+        _proclog.write(rec.addr, kind, text)  # everything, whatever the terminal shows
         if not config.get("enable_log_forwarding"):
             return
-        kind = "stderr" if stream is sys.stderr else "stdout"
         if self.forward_to:  # a worker: the lines belong at the controller's terminal
             self.rt.send_sys(self.forward_to, ProcOutput(rec.label, kind, text))
             return
@@ -414,6 +432,12 @@ class HostAgent:
             self.rt.send_reply(port, None, RAW_ERROR, f"{rec.addr}: the proc {cause}")
         for fd, stream in list(zip(rec.pipes, (sys.stdout, sys.stderr))):
             self._read_rest(rec, fd, stream)
+        _proclog.close(rec.addr)
+        for hook in self.exit_hooks:
+            try:
+                hook(rec)
+            except Exception:  # noqa: BLE001 - a service's cleanup must not stop the report
+                log.exception("regency: error in a proc-exit hook")
         if cause == "killed by signal SIGKILL" and not rec.killed and oom_kills(rec) > rec.ooms:
             cause += " (out of memory: the kernel's OOM killer ended it)"
         self.rt.mark_dead(rec.addr, f"proc {cause}")

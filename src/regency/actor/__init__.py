@@ -57,6 +57,7 @@ from .._api._value_mesh import ValueMesh as ValueMesh
 from .._api._workers import attach_to_workers as attach_to_workers
 from .._api._workers import run_worker_loop_forever as run_worker_loop_forever
 from .._config_types import ChannelTransport as ChannelTransport
+from .._debug._controller import debug_controller as debug_controller
 from .._mesh import Extent as Extent
 from .._mesh import Point as Point
 from .._mesh import Shape as Shape
@@ -100,6 +101,7 @@ __all__ = [
     "attach_to_workers",
     "concurrent_endpoint",
     "config",
+    "debug_controller",
     "context",
     "current_actor_name",
     "current_rank",

@@ -1,0 +1,250 @@
+"""``regency debug``: the person's side of the debug service, in a terminal.
+
+It finds the controller (:mod:`._discovery`, or ``--connect``), connects with the job's key
+(:mod:`._link`), and then reads lines with readline (history in
+``~/.regency_debug_history``, tab completion of commands, actor names and pdb commands) and
+sends each to the service, which answers with text and the prompt for the next line. Text
+that arrives meanwhile (a rank that paused, a session that ended) is printed as it comes.
+Ctrl-C while waiting goes back to ``regency_dbg>``; Ctrl-D or ``quit`` leaves, and every
+rank stays paused for the next console.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from ._link import Link, LinkClosed
+from ._messages import ConsoleBye, ConsoleHello, ConsoleLine, ConsoleSays
+from ._service import INTERRUPT
+
+__all__ = ["Console", "run"]
+
+HISTORY = Path(os.path.expanduser("~/.regency_debug_history"))
+
+
+class Console:
+    """One console session over an open link."""
+
+    def __init__(self, link: Link) -> None:
+        self.link = link
+        self.prompt: str | None = None
+        self.ready = threading.Event()
+        self.words: list[str] = []
+        self.bye = False
+        self.typing: str | None = None  # the prompt, while the person types a line
+        self.lost = ""
+        self._reader = threading.Thread(target=self._read, name="regency-debug-reader",
+                                        daemon=True)
+
+    def _read(self) -> None:
+        while True:
+            try:
+                msg = self.link.recv()
+            except LinkClosed:
+                self.lost = "the controller has gone (its script ended or was stopped)"
+                self.ready.set()
+                if self.typing is not None:
+                    # out of input(): there is no one to talk to (a real signal wakes readline)
+                    signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+                return
+            if not isinstance(msg, ConsoleSays):
+                continue
+            self.words = msg.words or self.words
+            if msg.text:
+                self._show(msg.text)
+            if msg.info == "bye":
+                self.bye = True
+                self.ready.set()
+                return
+            if msg.prompt is not None:
+                self.prompt = msg.prompt
+                self.ready.set()
+
+    def _show(self, text: str) -> None:
+        """Print text from the service; while a line is being typed, above it."""
+        typing = self.typing
+        if typing is None:
+            sys.stdout.write(text)
+        else:  # clear the prompt line, print, then show the prompt and what was typed again
+            sys.stdout.write("\r\x1b[K" + text + typing + _line_buffer())
+        sys.stdout.flush()
+
+    def run(self) -> int:
+        """Talk until ``quit``, end of input, or the controller going away."""
+        _setup_readline(self)
+        self._reader.start()
+        self.link.send(ConsoleHello(self.link.identity))
+        try:
+            while True:
+                if not self._wait():
+                    continue
+                if self.bye or self.lost:
+                    break
+                prompt, self.prompt = self.prompt or "", None
+                self.ready.clear()
+                try:
+                    self.typing = prompt
+                    line = input(prompt)
+                    self.typing = None
+                except EOFError:
+                    self.typing = None
+                    sys.stdout.write("\n")
+                    line = "quit" if prompt.startswith("regency_dbg") else "detach"
+                except KeyboardInterrupt:
+                    self.typing = None
+                    sys.stdout.write("\n")
+                    if self.lost:
+                        break
+                    line = INTERRUPT
+                self.link.send(ConsoleLine(self.link.identity, line))
+        except LinkClosed:
+            self.lost = "the controller has gone"
+        finally:
+            _save_history()
+            if not self.lost:
+                try:
+                    self.link.send(ConsoleBye(self.link.identity))
+                except LinkClosed:
+                    pass
+            self.link.close()
+        if self.lost:
+            print(f"regency debug: {self.lost}", file=sys.stderr)
+            return 1
+        return 0
+
+    def _wait(self) -> bool:
+        try:
+            self.ready.wait()
+            return True
+        except KeyboardInterrupt:  # waiting on a rank that runs: go back to the console
+            sys.stdout.write("\n")
+            self.link.send(ConsoleLine(self.link.identity, INTERRUPT))
+            return False
+
+
+def _setup_readline(console: Console) -> None:
+    try:
+        import readline
+    except ImportError:  # pragma: no cover - not on every platform
+        return
+    try:
+        readline.read_history_file(HISTORY)
+    except OSError:
+        pass
+    readline.set_history_length(1000)
+
+    def complete(text: str, state: int) -> str | None:
+        hits = [w if w.endswith("(") else w + " " for w in console.words if w.startswith(text)]
+        return hits[state] if state < len(hits) else None
+
+    readline.set_completer(complete)
+    readline.set_completer_delims(" \t\n()")
+    readline.parse_and_bind("tab: complete")
+
+
+def _line_buffer() -> str:
+    try:
+        import readline
+
+        return readline.get_line_buffer()
+    except ImportError:  # pragma: no cover
+        return ""
+
+
+def _save_history() -> None:
+    try:
+        import readline
+
+        readline.write_history_file(HISTORY)
+    except (ImportError, OSError):
+        pass
+
+
+def run(connect: str | None = None, pid: int | None = None) -> int:
+    """``regency debug``: find the controller, connect, and run the console."""
+    from ..errors import AuthenticationError
+
+    try:
+        address, key = _target(connect, pid)
+    except LookupError as exc:
+        print(f"regency debug: {exc}", file=sys.stderr)
+        return 2
+    try:
+        link = Link(address, key, "console")
+    except AuthenticationError as exc:
+        print(f"regency debug: {address} refused the connection: {exc}", file=sys.stderr)
+        return 3
+    except OSError as exc:
+        print(f"regency debug: cannot connect to {address}: {exc}", file=sys.stderr)
+        return 2
+    return Console(link).run()
+
+
+def stack(connect: str | None = None, pid: int | None = None, timeout: float = 1.0) -> int:
+    """``regency stack``: print the grouped stacks of every proc of a running controller."""
+    from ..errors import AuthenticationError
+    from ._messages import StacksAsk, StacksSay
+
+    try:
+        address, key = _target(connect, pid)
+        link = Link(address, key, "stack")
+    except LookupError as exc:
+        print(f"regency stack: {exc}", file=sys.stderr)
+        return 2
+    except AuthenticationError as exc:
+        print(f"regency stack: {address} refused the connection: {exc}", file=sys.stderr)
+        return 3
+    except OSError as exc:
+        print(f"regency stack: cannot connect: {exc}", file=sys.stderr)
+        return 2
+    try:
+        link.send(StacksAsk(link.identity, timeout))
+        while True:
+            msg = link.recv(timeout + 10.0)
+            if msg is None:
+                print("regency stack: the controller did not answer", file=sys.stderr)
+                return 1
+            if isinstance(msg, StacksSay):
+                sys.stdout.write(msg.text)
+                return 0
+    except LinkClosed:
+        print("regency stack: the controller has gone", file=sys.stderr)
+        return 1
+    finally:
+        link.close()
+
+
+def _target(connect: str | None, pid: int | None) -> tuple[str, bytes]:
+    """The address and key to use (see ``regency debug --help``)."""
+    from .._runtime._secret import configured_secret
+    from . import _discovery
+
+    found = _discovery.find()
+    if connect is not None:
+        address = connect if connect.startswith(("unix:", "tcp:")) else f"tcp:{connect}"
+        if address.startswith("tcp://"):
+            address = "tcp:" + address[len("tcp://"):]
+        key = configured_secret()
+        if key is None:
+            mine = [c for c in found if address in (c.address, c.tcp)]
+            if not mine:
+                raise LookupError(f"no key for {address}: set REGENCY_SECRET (or "
+                                  "REGENCY_SECRET_FILE) to the job's secret")
+            key = mine[0].key
+        return address, key
+    if pid is not None:
+        found = [c for c in found if c.pid == pid]
+        if not found:
+            raise LookupError(f"no regency controller with pid {pid} runs here as this user")
+    if not found:
+        raise LookupError("no regency controller is running on this machine for this user "
+                          "(start your script first, or use --connect HOST:PORT)")
+    if len(found) > 1:
+        lines = "\n  ".join(c.describe() for c in found)
+        raise LookupError(f"{len(found)} controllers are running; pick one with --pid:\n  "
+                          f"{lines}")
+    return found[0].address, found[0].key

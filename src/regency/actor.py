@@ -1,0 +1,106 @@
+"""The actor API, name for name with ``monarch.actor``.
+
+A Monarch program ports by changing ``monarch`` to ``regency`` in its imports::
+
+    from regency.actor import Actor, endpoint, this_host
+
+    class Counter(Actor):
+        def __init__(self, start: int) -> None:
+            self.n = start
+
+        @endpoint
+        def incr(self) -> int:
+            self.n += 1
+            return self.n
+
+    procs = this_host().spawn_procs(per_host={"gpus": 4})
+    counters = procs.spawn("counters", Counter, 0)
+    print(counters.incr.call().get())
+"""
+
+from __future__ import annotations
+
+from . import config as config
+from ._api._actor import Actor as Actor
+from ._api._actor import concurrent_endpoint as concurrent_endpoint
+from ._api._actor import endpoint as endpoint
+from ._api._actor_mesh import ActorMesh as ActorMesh
+from ._api._as_endpoint import as_endpoint as as_endpoint
+from ._api._bootstrap import enable_transport as enable_transport
+from ._api._bootstrap import shutdown_context as shutdown_context
+from ._api._context import Context as Context
+from ._api._context import Instance as Instance
+from ._api._context import context as context
+from ._api._context import current_actor_name as current_actor_name
+from ._api._context import current_rank as current_rank
+from ._api._context import current_size as current_size
+from ._api._controllers import get_or_spawn_controller as get_or_spawn_controller
+from ._api._endpoint import Accumulator as Accumulator
+from ._api._endpoint import Endpoint as Endpoint
+from ._api._endpoint import send as send
+from ._api._future import Future as Future
+from ._api._ports import Channel as Channel
+from ._api._ports import Port as Port
+from ._api._ports import PortReceiver as PortReceiver
+from ._api._proc_mesh import HostMesh as HostMesh
+from ._api._proc_mesh import ProcMesh as ProcMesh
+from ._api._proc_mesh import this_host as this_host
+from ._api._proc_mesh import this_proc as this_proc
+from ._api._supervise import default_unhandled_fault_hook as _default_hook
+from ._api._value_mesh import ValueMesh as ValueMesh
+from ._api._workers import attach_to_workers as attach_to_workers
+from ._api._workers import run_worker_loop_forever as run_worker_loop_forever
+from ._debug._controller import debug_controller as debug_controller
+from ._mesh import Extent as Extent
+from ._mesh import Point as Point
+from ._mesh import Shape as Shape
+from ._mesh import Slice as Slice
+from .errors import ActorError as ActorError
+from .errors import MeshFailure as MeshFailure
+from .errors import SupervisionError as SupervisionError
+
+unhandled_fault_hook = _default_hook
+"""Called at the controller with a ``MeshFailure`` nobody handled. Replace it by assignment
+(``regency.actor.unhandled_fault_hook = fn``); if ``fn`` returns, the failure is dropped; if
+it raises (the default raises ``SystemExit(1)``), the program stops: fail fast."""
+
+__all__ = [
+    "Accumulator",
+    "Actor",
+    "ActorError",
+    "ActorMesh",
+    "Channel",
+    "Context",
+    "Endpoint",
+    "Extent",
+    "Future",
+    "HostMesh",
+    "Instance",
+    "MeshFailure",
+    "Point",
+    "Port",
+    "PortReceiver",
+    "ProcMesh",
+    "Shape",
+    "Slice",
+    "SupervisionError",
+    "ValueMesh",
+    "as_endpoint",
+    "attach_to_workers",
+    "concurrent_endpoint",
+    "config",
+    "context",
+    "current_actor_name",
+    "current_rank",
+    "current_size",
+    "debug_controller",
+    "enable_transport",
+    "endpoint",
+    "get_or_spawn_controller",
+    "run_worker_loop_forever",
+    "send",
+    "shutdown_context",
+    "this_host",
+    "this_proc",
+    "unhandled_fault_hook",
+]

@@ -1,0 +1,38 @@
+"""Parsing and grouping faulthandler's dumps (pure)."""
+
+from __future__ import annotations
+
+from regency._debug._stacks import Stacks, parse_dump
+
+DUMP = """Thread 0x00007f0000000001 (most recent call first):
+  File "/x/a.py", line 3 in wait
+  File "/x/a.py", line 9 in run
+
+Current thread 0x00007f0000000002 (most recent call first):
+  File "/x/loop.py", line 40 in select
+"""
+
+
+def test_parse_dump_gives_one_record_per_thread() -> None:
+    threads = parse_dump("m", 5, DUMP)
+    assert [(t.thread, t.current, t.frames) for t in threads] == [
+        ("0x00007f0000000001", False, ('File "/x/a.py", line 3 in wait',
+                                       'File "/x/a.py", line 9 in run')),
+        ("0x00007f0000000002", True, ('File "/x/loop.py", line 40 in select',)),
+    ]
+
+
+def test_identical_stacks_are_grouped_with_their_ranks() -> None:
+    stacks = Stacks()
+    for rank in range(4):
+        stacks.threads.extend(parse_dump("m", rank, DUMP))
+    odd = DUMP.replace("line 3 in wait", "line 7 in spin")
+    stacks.threads.extend(parse_dump("m", 4, odd))
+    stacks.missing[("m", 5)] = "(the proc has exited)"
+    groups = stacks.groups()
+    assert [len(g.members) for g in groups] == [5, 4, 1]
+    text = str(stacks)
+    assert "--- 5 threads in m ranks 0-4" in text
+    assert "--- 4 threads in m ranks 0-3" in text
+    assert "--- 1 thread in m ranks 4" in text
+    assert "--- m rank 5: (the proc has exited)" in text
