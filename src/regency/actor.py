@@ -48,8 +48,10 @@ from ._api._proc_mesh import this_host as this_host
 from ._api._proc_mesh import this_proc as this_proc
 from ._api._supervise import default_unhandled_fault_hook as _default_hook
 from ._api._value_mesh import ValueMesh as ValueMesh
+from ._api._worker_loops import run_worker_loop_forever as run_worker_loop_forever
+from ._api._worker_loops import run_worker_loop_until_shutdown as run_worker_loop_until_shutdown
+from ._api._worker_loops import start_worker_loop_forever as start_worker_loop_forever
 from ._api._workers import attach_to_workers as attach_to_workers
-from ._api._workers import run_worker_loop_forever as run_worker_loop_forever
 from ._mesh import Extent as Extent
 from ._mesh import Point as Point
 from ._mesh import Shape as Shape
@@ -96,8 +98,10 @@ __all__ = [
     "endpoint",
     "get_or_spawn_controller",
     "run_worker_loop_forever",
+    "run_worker_loop_until_shutdown",
     "send",
     "shutdown_context",
+    "start_worker_loop_forever",
     "this_host",
     "this_proc",
     "unhandled_fault_hook",
