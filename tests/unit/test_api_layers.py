@@ -16,7 +16,8 @@ API = Path(__file__).resolve().parents[2] / "src" / "regency" / "_api"  # read, 
 #: The layers, lowest first; a module may import only from its own layer and those before.
 LAYERS: list[tuple[str, set[str]]] = [
     ("base: records, values, replies, fail fast, futures, hooks before the mailbox",
-     {"_actor", "_value_mesh", "_replies", "_failfast", "_supervise", "_future", "_intercept"}),
+     {"_actor", "_value_mesh", "_replies", "_failfast", "_supervise", "_future", "_intercept",
+      "_incarnation", "_worker_addr"}),
     ("supervision: the supervisor that feeds the pure state machine",
      {"_supervisor"}),
     ("state: what the API layer keeps per runtime",
@@ -25,14 +26,14 @@ LAYERS: list[tuple[str, set[str]]] = [
      {"_process", "_context"}),
     ("messaging: routes, endpoints and their adverbs, ports, mesh helpers, asking workers",
      {"_route", "_endpoint", "_ports", "_as_endpoint", "_mesh_state", "_leases"}),
-    ("meshes: actor meshes, proc and host meshes",
-     {"_actor_mesh", "_proc_mesh"}),
+    ("meshes: actor meshes, proc and host meshes, respawning ranks of elastic meshes",
+     {"_actor_mesh", "_proc_mesh", "_respawn"}),
     ("hosting: actors of this process, their spawn and stop, failures at owners, singletons",
      {"_behavior", "_spawning", "_stopping", "_failures", "_controllers"}),
     ("dispatch: the table of system-message handlers",
      {"_dispatch"}),
     ("entry: starting a controller, a proc, a worker",
-     {"_bootstrap", "_proc_main", "_workers"}),
+     {"_bootstrap", "_proc_main", "_workers", "_worker_loops"}),
 ]
 
 #: Imports inside functions that stay, as (module, imported module): each is a lazy feature.
