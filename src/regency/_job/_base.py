@@ -215,12 +215,17 @@ class JobTrait:
                 self._from_cached_path(cached_path)
             else:
                 self.apply()
+        elif self._secret(self._recorded or {}) is None:
+            raise JobError(f"job {self.name}: its workers run but their secret is unknown "
+                           f"here: set REGENCY_SECRET, or keep {self.cache_dir}/"
+                           f"{self.name}.secret (REGENCY_JOB_CACHE={self.cache_dir})")
         return self._attach()
 
     def _from_cached_path(self, cached_path: str | os.PathLike[str]) -> None:
         cached = _load_cached(cached_path)
-        if cached is not None and cached.can_run(self) and self._secret(
+        if cached is not None and cached.can_run(self) and cached._secret(
                 cached._recorded or {}) is not None:
+            self.name = cached.name  # the same job: its secret and cache entry are that name's
             self._adopt(dict(cached._recorded or {}), "cached_running")
             self._apply_id = cached._apply_id
         else:
@@ -387,14 +392,17 @@ class BatchJob:
         job = self._job
         if job._state is not None:
             return job._state
+        if job.active and job._secret(job._recorded or {}) is None:
+            raise JobError(f"batch job {job.name}: the job secret is unknown here")
         if not job.active:
             cached = _load_cached(cached_path) if cached_path is not None else None
-            if cached is None or not cached.can_run(job) or job._secret(
+            if cached is None or not cached.can_run(job) or cached._secret(
                     cached._recorded or {}) is None:
                 why = "no readable job there" if cached is None else \
                     "its workers are gone or its spec differs"
                 raise JobError(f"batch job {job.name}: cannot reattach through {cached_path}: "
                                f"{why}. A batch client only reattaches; apply the job first")
+            job.name = cached.name
             job._adopt(dict(cached._recorded or {}), "cached_running")
             job._apply_id = cached._apply_id
         return job._attach()

@@ -71,6 +71,7 @@ class ProcessJob(JobTrait):
             if not isinstance(n, int) or isinstance(n, bool) or n < 1:
                 raise ValueError(f"mesh {mesh!r}: the number of hosts must be a positive int, "
                                  f"got {n!r}")
+        self._auto_name = name is None
         if name is None:
             digest = hashlib.sha1(os.getcwd().encode()).hexdigest()[:10]
             name = f"{self.kind}-{digest}"
