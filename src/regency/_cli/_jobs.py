@@ -209,6 +209,8 @@ def _exec(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise CliError("regency exec: no command; e.g. `regency exec --all -- hostname`")
+    if args.spmd:
+        return _exec_spmd(args, command)
     text = command[0] if len(command) == 1 else shlex.join(command)
     env = _pairs(args.env, "-e")
     workdir = args.workdir or os.getcwd()
@@ -221,6 +223,21 @@ def _exec(args: argparse.Namespace) -> int:
         procs.stop().get(timeout=60)
     return _summarise(sorted(((dict(w), int(c)) for w, c in codes.values()),
                              key=lambda wc: list(wc[0].values())))
+
+
+def _exec_spmd(args: argparse.Namespace, command: list[str]) -> int:
+    """Run a torchrun-style script on every proc (``--per-host gpus=N``: nproc-per-node)."""
+    from ..spmd import run_spmd
+
+    if args.point or args.one:
+        raise CliError("--spmd runs on every proc: drop --point/--one")
+    env = _pairs(args.env, "-e")
+    _job, _hosts, procs = _target_procs(args)
+    try:
+        codes = run_spmd(procs, command, env=env, timeout=args.timeout)
+    finally:
+        procs.stop().get(timeout=60)
+    return _summarise([(dict(p), int(c)) for p, c in codes.items()])
 
 
 def _choose(args: argparse.Namespace, actors: Any, procs: Any) -> Any:
@@ -355,6 +372,7 @@ def add_commands(sub: Any) -> None:
                                "  regency exec --all -e X=1 -- 'echo $X $REGENCY_RANK'\n"
                                "  regency exec --all --per-host gpus=2 -- nvidia-smi -L\n"
                                "  regency exec --point hosts=1 --workdir /tmp -- ls\n"
+                               "  regency exec --spmd --per-host gpus=2 -- train.py --lr 0.1\n"
                                "Output is prefixed with each proc's coordinates; every rank's "
                                "exit status\nis summarised on stderr and the worst is ours."))
     pick = p.add_mutually_exclusive_group()
@@ -363,6 +381,9 @@ def add_commands(sub: Any) -> None:
     _target_options(p)
     p.add_argument("--per-host", action="append", default=[], metavar="DIM=N",
                    help="procs per host (default: one)")
+    p.add_argument("--spmd", action="store_true",
+                   help="run a torchrun-style script (SCRIPT ARGS or -m MODULE ARGS) on every "
+                        "proc, torchrun's variables set from the mesh")
     p.add_argument("--timeout", type=float, default=None, help="seconds to wait at most")
     p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND",
                    help="the command (one argument: a bash line)")
