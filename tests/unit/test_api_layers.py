@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("messaging: routes, endpoints and their adverbs, ports, mesh helpers, asking workers",
      {"_route", "_endpoint", "_ports", "_as_endpoint", "_mesh_state", "_leases"}),
     ("meshes: actor meshes, proc and host meshes, respawning ranks of elastic meshes",
-     {"_actor_mesh", "_proc_mesh", "_respawn"}),
+     {"_actor_mesh", "_proc_mesh", "_respawn", "_sync"}),
     ("hosting: actors of this process, their spawn and stop, failures at owners, singletons",
      {"_behavior", "_spawning", "_stopping", "_failures", "_controllers"}),
     ("dispatch: the table of system-message handlers",

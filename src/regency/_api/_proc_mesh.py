@@ -40,6 +40,8 @@ from ._mesh_state import (
 from ._process import runtime
 from ._respawn import respawn as _respawn
 from ._state import OwnedMesh, ProcMeshRecord, api_state, supervisor
+from ._sync import Workspace
+from ._sync import sync_workspace as _sync_workspace
 
 __all__ = ["HostMesh", "ProcMesh", "proc_mesh_of", "this_host", "this_proc"]
 
@@ -290,6 +292,36 @@ class HostMesh(MeshTrait):
                 msg = m.SpawnProcs(procs, spec, rt.contact, uid)
             rt.send_sys(agent, msg)
         return ProcMesh(uid, name, shape, tuple(addrs), tuple(agents))
+
+    async def sync_workspace(self, workspace: Workspace, conda: bool = False,
+                             auto_reload: bool = False) -> dict[str, Any]:
+        """Copy ``workspace``'s local directories to every host, sending only changed files
+        (content-hashed), over the job's own connections; awaitable, as in Monarch.
+
+        ``auto_reload`` reloads the modules of changed files in every proc this process
+        spawned on these hosts. Returns what was sent (see ``_sync``). Example::
+
+            report = await hosts.sync_workspace(Workspace(dirs=["src"]), auto_reload=True)
+
+        Raises:
+            NotImplementedError: ``conda=True`` (syncing a conda environment).
+            ValueError: a directory of the workspace does not exist.
+        """
+        if conda:
+            raise NotImplementedError("sync_workspace(conda=True): regency syncs directories "
+                                      "only; install the environment on the hosts")
+        return await _sync_workspace(self, workspace, auto_reload, self._procs_here())
+
+    def _procs_here(self) -> list[ProcMesh]:
+        """The live proc meshes this process spawned on these hosts."""
+        agents = {self._agents[g] for g in self._shape_.ranks()}
+        out = []
+        for uid, rec in api_state(runtime()).proc_meshes.items():
+            if rec.state.stopped or not agents.intersection(rec.agents):
+                continue
+            out.append(ProcMesh(uid, rec.name, rec.shape, tuple(rec.addr_list),
+                                tuple(rec.agents)))
+        return out
 
     def shutdown(self) -> Future[None]:
         """Shut down an owned host mesh: its procs and (for workers) the workers."""
