@@ -133,6 +133,10 @@ class JobTrait:
     def _preflight(self) -> None:
         """Check, before anything starts, that the spec can run here (raise JobError why)."""
 
+    def _needs_secret(self) -> bool:
+        """Whether the job has workers to authenticate (a job secret is made or found)."""
+        return True
+
     def _mesh_names(self) -> list[str]:
         """The names of the job's host meshes, in order."""
         return [self.mesh_name]
@@ -178,7 +182,7 @@ class JobTrait:
             if cached is not None:
                 self._kill_recorded(cached)
                 _cache.forget(folder, self.name)
-            secret, source = self._new_secret()
+            secret, source = self._new_secret() if self._needs_secret() else ("", "none")
             state = self._launch(worker_env(secret), secret)
             state.update(kind=self.kind, spec=self._spec(), secret=source, started=time.time())
             _cache.save(folder, self.name, state)
@@ -215,7 +219,7 @@ class JobTrait:
                 self._from_cached_path(cached_path)
             else:
                 self.apply()
-        elif self._secret(self._recorded or {}) is None:
+        elif self._needs_secret() and self._secret(self._recorded or {}) is None:
             raise JobError(f"job {self.name}: its workers run but their secret is unknown "
                            f"here: set REGENCY_SECRET, or keep {self.cache_dir}/"
                            f"{self.name}.secret (REGENCY_JOB_CACHE={self.cache_dir})")

@@ -202,6 +202,9 @@ class LocalJob(ProcessJob):
             return {"here": list(self.here)}
         return {"hosts": self.hosts, "python": self.python}
 
+    def _needs_secret(self) -> bool:
+        return not self.here
+
     def _launch(self, env: dict[str, str], secret: str) -> dict[str, Any]:
         if self.here:
             return {"workers": []}
