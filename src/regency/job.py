@@ -35,6 +35,38 @@ from ._job._local import LocalJob, ProcessJob
 from ._job._slurm import SlurmJob
 from ._job._ssh import SSHJob
 
+
+def load_current_job() -> JobTrait:
+    """A fresh job object from the current context's spec (``.regency/<context>/spec``, as
+    ``regency apply`` saved it); call ``.state()`` on it to reattach.
+
+    Raises:
+        FileNotFoundError: the current context has no spec (run ``regency apply`` first).
+    """
+    from ._cli import _jobs
+
+    spec = _jobs._ctx() / "spec"
+    try:
+        text = spec.read_text().strip()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"No spec found at {spec}. Run 'regency apply "
+                                "<module.attr>' first.") from None
+    job: JobTrait = _jobs._load_spec(text)
+    return job
+
+
+def set_current_job(module_path: str) -> None:
+    """Save ``module_path`` (``module.attr``) as the current context's job spec, and point
+    ``.regency/job_state.pkl`` at that context's state."""
+    from ._cli import _jobs
+
+    ctx = _jobs.current_context()
+    folder = _jobs._ctx(ctx)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "spec").write_text(module_path + "\n")
+    _jobs._link_current(ctx)
+
+
 __all__ = [
     "DEFAULT_JOB_PATH",
     "BatchJob",
@@ -52,4 +84,6 @@ __all__ = [
     "kubernetes_manifests",
     "kubernetes_objects",
     "kubernetes_worker_addresses",
+    "load_current_job",
+    "set_current_job",
 ]

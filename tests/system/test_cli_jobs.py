@@ -142,3 +142,18 @@ def test_bad_input_says_what_to_do(project: Path, args: list[str], says: str) ->
 def test_every_command_has_an_example_in_its_help(tmp_path: Path, command: str) -> None:
     res = regency(tmp_path, command, "--help")
     assert res.returncode == 0 and "Example:" in res.stdout and "regency " in res.stdout
+
+
+def test_set_and_load_current_job(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from regency.job import ProcessJob, load_current_job, set_current_job
+
+    monkeypatch.chdir(project)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the spec's import adds the cwd
+    monkeypatch.setitem(sys.modules, "jobs", None)  # a cached `jobs` is not this one's
+    del sys.modules["jobs"]
+    with pytest.raises(FileNotFoundError, match="regency apply"):
+        load_current_job()
+    set_current_job("jobs.small")
+    job = load_current_job()
+    assert isinstance(job, ProcessJob) and job.meshes == {"hosts": 1}
+    assert (project / ".regency" / "job_state.pkl").is_symlink()

@@ -344,7 +344,7 @@ def test_worker_loops_take_monarchs_address_forms_and_return_on_shutdown(
 
 def test_a_job_that_cannot_run_says_what_is_missing(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    from regency.job import SlurmJob, SSHJob
+    from regency.job import SlurmJob
 
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(JobError, match=r"`sbatch` is not on PATH \(" + str(tmp_path)):
@@ -353,7 +353,12 @@ def test_a_job_that_cannot_run_says_what_is_missing(tmp_path: Path,
     if not any(os.access(os.path.join(d, "ssh"), os.X_OK)
                for d in os.environ.get("PATH", "").split(os.pathsep)):
         pytest.skip("no ssh client here to try an unreachable host")
-    job = SSHJob(hosts=["regency-no-such-host.invalid"], cache_dir=tmp_path,
-                 ssh_args=["-o", "ConnectTimeout=5"], start_timeout=30)
-    with pytest.raises(JobError, match=r"ssh to regency-no-such-host\.invalid exited with code"):
-        job.apply()
+    # in a process of its own: this one may already run regency with another job secret
+    code = ("from regency.job import SSHJob\n"
+            f"job = SSHJob(hosts=['regency-no-such-host.invalid'], cache_dir={str(tmp_path)!r},"
+            " ssh_args=['-o', 'ConnectTimeout=5'], start_timeout=30)\n"
+            "job.apply()\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=90, env=_env(tmp_path))
+    assert res.returncode != 0
+    assert "JobError: ssh to regency-no-such-host.invalid exited with code" in res.stderr
