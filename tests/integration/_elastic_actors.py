@@ -40,3 +40,26 @@ class Trainer(Actor):
     @endpoint
     def hang(self) -> None:
         self.stuck.wait(60)
+
+
+class Owner(Actor):
+    """Owns a proc mesh of trainers; its ``__supervise__`` decides to respawn a dead rank."""
+
+    def __init__(self) -> None:
+        from regency.actor import this_host
+
+        self.procs = this_host().spawn_procs(per_host={"gpus": 2}, name="owned")
+        self.trainers = self.procs.spawn("trainers", Trainer, 5)
+        self.respawned: list[int] = []
+
+    def __supervise__(self, failure: object) -> bool:
+        self.respawned += self.procs.respawn()
+        return True  # handled: the owner carries on
+
+    @endpoint
+    def pids(self) -> list[int]:
+        return [v for _, v in self.trainers.pid.call().get(timeout=30).items()]
+
+    @endpoint
+    def log(self) -> list[int]:
+        return list(self.respawned)

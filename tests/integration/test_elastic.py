@@ -95,3 +95,22 @@ def test_a_call_in_flight_to_the_dead_rank_fails_and_later_calls_reach_the_new_o
     assert procs.respawn() == [1]
     assert one.pid.call_one().get(timeout=T) not in (pid, again)
     procs.stop().get(timeout=T)
+
+
+def test_a_supervise_decision_respawns_the_rank() -> None:
+    import time
+
+    from _elastic_actors import Owner
+
+    procs = this_host().spawn_procs(name="owner")
+    owner = procs.spawn("owner", Owner)
+    before = owner.pids.call_one().get(timeout=T)
+    os.kill(before[1], signal.SIGKILL)
+    deadline = time.monotonic() + T
+    while not owner.log.call_one().get(timeout=T):  # __supervise__ runs between messages
+        assert time.monotonic() < deadline, "the owner never respawned the rank"
+        time.sleep(0.02)
+    assert owner.log.call_one().get(timeout=T) == [1]
+    after = owner.pids.call_one().get(timeout=T)
+    assert after[0] == before[0] and after[1] != before[1]
+    procs.stop().get(timeout=T)
