@@ -121,6 +121,7 @@ class ActorMesh(MeshTrait):
         ranks = self._shape_.ranks()
         if ranks == self._full_shape.ranks():  # supervision refuses calls to them from now
             supervisor(rt).mesh_stopped(self._uid, reason)
+            api_state(rt).spawned.pop(self._uid, None)  # never respawned again
         else:
             supervisor(rt).ranks_stopped(self._uid, frozenset(ranks), reason)
         done = Completion(f"mesh {self._uid} to stop")

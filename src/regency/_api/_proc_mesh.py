@@ -173,6 +173,9 @@ class ProcMesh(MeshTrait):
             return completed(None)  # stopped already: a second stop is a no-op
         if info is not None and len(ranks) == size:
             info.state.stopped = reason  # stopped as a whole: shutdown need not stop it again
+            spawned = api_state(rt).spawned
+            for uid in [u for u, p in spawned.items() if p.proc_mesh._uid == self._uid]:
+                del spawned[uid]  # their actors are gone with the procs: no respawn
         by_agent: dict[str, list[str]] = {}
         for g in ranks:
             by_agent.setdefault(self._host_agents[g], []).append(self._proc_addrs[g])
