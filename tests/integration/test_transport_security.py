@@ -244,9 +244,9 @@ def test_a_ca_argument_is_refused_rather_than_ignored(tmp_path, monkeypatch) -> 
     with pytest.raises(ValueError, match="tls_ca"):
         attach_to_workers(["tcp://127.0.0.1:9"], ca=str(ca))
     with pytest.raises(ValueError, match="tls_ca"):
-        run_worker_loop_forever("tcp://127.0.0.1:0", ca=str(ca))
+        run_worker_loop_forever(address="tcp://127.0.0.1:0", ca=str(ca))
     with config.configured(tls_ca=str(ca)), pytest.raises(SecretError):
-        run_worker_loop_forever("tcp://127.0.0.1:0", ca=str(ca))  # accepted: it is tls_ca
+        run_worker_loop_forever(address="tcp://127.0.0.1:0", ca=str(ca))  # accepted: it is tls_ca
 
 
 def test_tls_mismatches_name_tls_at_the_client(tmp_path: Any) -> None:

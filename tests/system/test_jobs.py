@@ -179,7 +179,7 @@ def test_local_job_takes_the_secret_from_the_environment(jobs_dir: Path) -> None
 
 
 def test_job_state_names_its_meshes() -> None:
-    st = JobState("j", {"hosts": "MESH"}, ["tcp:127.0.0.1:1"], "launched")  # type: ignore[dict-item]
+    st = JobState({"hosts": "MESH"}, name="j", workers=["tcp:127.0.0.1:1"])  # type: ignore[dict-item]
     assert st.hosts == "MESH"
     with pytest.raises(AttributeError, match=r"no mesh 'trainers'.*\['hosts'\]"):
         _ = st.trainers

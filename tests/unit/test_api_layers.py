@@ -18,7 +18,8 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("base: records, values, replies, fail fast, SIGTERM, futures, hooks before the mailbox",
      {"_actor", "_value_mesh", "_replies", "_sealed", "_failfast", "_terminate", "_supervise",
       "_future", "_intercept", "_bootstrap_command", "_not_a_mesh", "_ids", "_mast", "_attach",
-      "_returns_future"}),
+      "_returns_future", "_incarnation",
+      "_worker_addr"}),
     ("supervision: the supervisor that feeds the pure state machine",
      {"_supervisor"}),
     ("state: what the API layer keeps per runtime",
@@ -27,14 +28,14 @@ LAYERS: list[tuple[str, set[str]]] = [
      {"_process", "_context"}),
     ("messaging: routes, endpoints and their adverbs, ports, mesh helpers, asking workers",
      {"_route", "_endpoint", "_ports", "_as_endpoint", "_mesh_state", "_leases"}),
-    ("meshes: actor meshes, proc and host meshes",
-     {"_actor_mesh", "_proc_mesh"}),
+    ("meshes: actor meshes, proc and host meshes, respawning ranks of elastic meshes",
+     {"_actor_mesh", "_proc_mesh", "_respawn", "_sync"}),
     ("hosting: actors of this process, their spawn and stop, failures at owners, singletons",
      {"_behavior", "_spawning", "_stopping", "_failures", "_controllers"}),
     ("dispatch: the table of system-message handlers",
      {"_dispatch"}),
     ("entry: starting a controller, a proc, a worker",
-     {"_bootstrap", "_proc_main", "_workers", "_bootstrap_main"}),
+     {"_bootstrap", "_proc_main", "_workers", "_bootstrap_main", "_worker_loops"}),
 ]
 
 #: Imports inside functions that stay, as (module, imported module): each is a lazy feature.

@@ -12,6 +12,7 @@ from .._runtime._completion import Completion
 from .._runtime._pickling import dumps
 from .._runtime._relay import Tree
 from .._wire._messages import SYSTEM_ENDPOINT, StopActor
+from . import _incarnation
 from ._actor import Actor, EndpointProperty, NotAnEndpoint, endpoints_of, is_async_actor
 from ._endpoint import Endpoint, post_call
 from ._future import Future, completed
@@ -38,22 +39,38 @@ class ActorMesh(MeshTrait):
         self._cls = cls
         self._class_name = f"{cls.__module__}.{cls.__qualname__}"
         self._shape_ = shape
-        self._proc_addrs = proc_addrs
+        self._addrs_made = proc_addrs
         self._full_shape = full_shape or shape
         self._fanout = fanout or int(config.get("max_cast_fanout"))
         self._tree = tree or tree_for(self._full_shape, proc_addrs, self._fanout)
+        self._generation = _incarnation.generation
         self._install_endpoints()
+
+    @property
+    def _proc_addrs(self) -> tuple[str, ...]:
+        """The address of each proc, by global rank (respawned ranks at their new proc)."""
+        return _incarnation.current(self._addrs_made)
+
+    def _check_generation(self) -> None:
+        """Forget routes made before a rank of some mesh was respawned."""
+        if self._generation != _incarnation.generation:
+            self._generation = _incarnation.generation
+            self.__dict__.pop("_route_", None)
+            self.__dict__.pop("_members_", None)
+            self._tree = tree_for(self._full_shape, self._proc_addrs, self._fanout)
 
     @property
     def _route(self) -> Route:
         """Where a message to this (sliced) mesh goes; computed once per mesh object."""
         route = self.__dict__.get("_route_")
-        if route is None:
+        if route is None or self._generation != _incarnation.generation:
+            self._check_generation()
             route = self.__dict__["_route_"] = Route(self._shape_, self._proc_addrs, self._tree)
         return route
 
     def _member_route(self, local: int) -> Route:
         """The route to one member (by local rank), keeping the dimensions; cached."""
+        self._check_generation()
         cache: dict[int, Route] = self.__dict__.setdefault("_members_", {})
         route = cache.get(local)
         if route is None:
@@ -82,6 +99,7 @@ class ActorMesh(MeshTrait):
         return self._uid
 
     def _new_with_shape(self, shape: Shape) -> ActorMesh:
+        self._check_generation()
         return ActorMesh(self._uid, self._mesh_name, self._cls, shape, self._proc_addrs,
                          self._full_shape, self._fanout, self._tree)
 
@@ -103,6 +121,7 @@ class ActorMesh(MeshTrait):
         ranks = self._shape_.ranks()
         if ranks == self._full_shape.ranks():  # supervision refuses calls to them from now
             supervisor(rt).mesh_stopped(self._uid, reason)
+            api_state(rt).spawned.pop(self._uid, None)  # never respawned again
         else:
             supervisor(rt).ranks_stopped(self._uid, frozenset(ranks), reason)
         done = Completion(f"mesh {self._uid} to stop")

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import secrets
+import socket
 from typing import Any
 
+from .. import config
 from .._runtime._completion import Completion
 from ._context import Context, Instance, _current, root_context
 from ._process import runtime
@@ -63,3 +65,24 @@ def _creator() -> Instance:
                     inst.creator, inst.mesh_uid, inst._proc_mesh, None, inst._proc)
 
 
+def _proc_address(job: str, uid: str, rank: int, agent: str) -> str:
+    """Where a new proc will listen, by the configured transport.
+
+    Procs of a remote host (a worker, reached over tcp) get a logical ``via:`` name that their
+    host agent resolves to the port they bound.
+    """
+    short = uid.rsplit("-", 1)[-1]  # the random part: names may be long or odd
+    if agent.startswith("tcp:"):
+        return f"via:{agent}/{short}-{rank}"
+    transport = str(config.get("default_transport"))
+    if transport in ("unix", "ipc"):
+        return f"unix:@regency-{job}-{short}-{rank}"
+    if transport == "tcp":
+        return f"tcp:127.0.0.1:{_free_port()}"
+    raise ValueError(f"unknown transport {transport!r}; use 'unix' or 'tcp'")
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import inspect
 import os
-import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import cloudpickle
@@ -26,14 +25,26 @@ from .._runtime._runtime import Runtime
 from .._wire import _messages as m
 from .._wire import system_header
 from ..errors import SupervisionError
+from . import _incarnation
 from ._actor import Actor
 from ._actor_mesh import ActorMesh, _check_spawnable
 from ._bootstrap_command import BootstrapCommand, python_command
 from ._future import Future, completed
 from ._leases import release_workers
-from ._mesh_state import _creator, _owner_uid, _qualname, _state, _token, countdown_port
+from ._mesh_state import (
+    _creator,
+    _owner_uid,
+    _proc_address,
+    _qualname,
+    _state,
+    _token,
+    countdown_port,
+)
 from ._process import runtime
+from ._respawn import respawn as _respawn
 from ._state import OwnedMesh, ProcMeshRecord, api_state, supervisor
+from ._sync import Workspace
+from ._sync import sync_workspace as _sync_workspace
 
 __all__ = ["HostMesh", "ProcMesh", "proc_mesh_of", "this_host", "this_proc"]
 
@@ -48,8 +59,13 @@ class ProcMesh(MeshTrait):
         self._uid = uid
         self._mesh_name = name
         self._shape_ = shape
-        self._proc_addrs = proc_addrs
+        self._addrs_made = proc_addrs
         self._host_agents = host_agents
+
+    @property
+    def _proc_addrs(self) -> tuple[str, ...]:
+        """The address of each proc, by global rank (respawned ranks at their new proc)."""
+        return _incarnation.current(self._addrs_made)
 
     @property
     def _shape(self) -> Shape:
@@ -118,6 +134,7 @@ class ProcMesh(MeshTrait):
         payload = m.SpawnActor(uid, name, body, _qualname(Class), fanout, shape,
                                self._proc_addrs, rt.contact, _owner_uid(), _creator(), ack_port,
                                self)
+        api_state(rt).spawned[uid] = payload  # to rebuild a member on a respawned proc
         data, buffers = dumps(payload)  # pickled once for every proc
         frame = [system_header(payload.KIND), data, *buffers]
         supervisor(rt).mesh_spawned(uid, _owner_uid(), "actor", name, shape, self._proc_addrs,
@@ -136,6 +153,32 @@ class ProcMesh(MeshTrait):
             why, stopped = refusal
             raise RuntimeError(why) if stopped else SupervisionError(why)
 
+    def respawn(self, ranks: Iterable[int | Mapping[str, int]] | None = None, *,
+                restore: Callable[[dict[str, int], dict[str, ActorMesh]], Any] | None = None,
+                timeout: float = 60.0) -> list[int]:
+        """Respawn dead ranks in place: same host and coordinates, actors rebuilt (blocks).
+
+        ``ranks`` are local ranks or points (``{"hosts": 0, "gpus": 1}``) of this mesh; by
+        default every rank whose proc is dead. A new proc starts for each with the mesh's
+        spec; every actor mesh this process spawned there is rebuilt with its constructor
+        arguments; later calls (through any mesh object of this process) reach the new
+        incarnation. Calls that were in flight to the dead proc have failed with
+        ``SupervisionError``. ``restore(point, members)`` then runs for each respawned rank,
+        ``members`` being ``{actor mesh name: that mesh sliced to the rank}``. Returns the
+        global ranks respawned. Example::
+
+            try:
+                losses = trainers.step.call(batch).get()
+            except SupervisionError:
+                procs.respawn(restore=lambda point, m: m["trainers"].load.call(ckpt).get())
+
+        Raises:
+            ValueError: a rank given is not in the mesh, or is alive.
+            RuntimeError: this process did not spawn the mesh, or it was stopped.
+            SupervisionError: the new procs did not rebuild their actors within ``timeout``.
+        """
+        return _respawn(self, ranks, restore=restore, timeout=timeout)
+
     def stop(self, reason: str = "stopped by client") -> Future[None]:
         """Stop every proc of the mesh and its actors (``__cleanup__`` runs)."""
         rt = runtime()
@@ -146,6 +189,9 @@ class ProcMesh(MeshTrait):
             return completed(None)  # stopped already: a second stop is a no-op
         if info is not None and len(ranks) == size:
             info.state.stopped = reason  # stopped as a whole: shutdown need not stop it again
+            spawned = api_state(rt).spawned
+            for uid in [u for u, p in spawned.items() if p.proc_mesh._uid == self._uid]:
+                del spawned[uid]  # their actors are gone with the procs: no respawn
         by_agent: dict[str, list[str]] = {}
         for g in ranks:
             by_agent.setdefault(self._host_agents[g], []).append(self._proc_addrs[g])
@@ -203,23 +249,6 @@ class ProcMesh(MeshTrait):
         return f"<ProcMesh {self._uid} {self._shape_.extent}>"
 
 
-def _proc_address(job: str, uid: str, rank: int, agent: str) -> str:
-    """Where a new proc will listen, by the configured transport.
-
-    Procs of a remote host (a worker, reached over tcp) get a logical ``via:`` name that their
-    host agent resolves to the port they bound.
-    """
-    short = uid.rsplit("-", 1)[-1]  # the random part: names may be long or odd
-    if agent.startswith("tcp:"):
-        return f"via:{agent}/{short}-{rank}"
-    transport = str(config.get("default_transport"))
-    if transport in ("unix", "ipc"):
-        return f"unix:@regency-{job}-{short}-{rank}"
-    if transport == "tcp":
-        return f"tcp:127.0.0.1:{_free_port()}"
-    raise ValueError(f"unknown transport {transport!r}; use 'unix' or 'tcp'")
-
-
 def _pickled(fn: Callable[[], Any] | None) -> bytes | None:
     """The bootstrap callable, pickled by value here (procs cannot import our __main__)."""
     if fn is None:
@@ -230,12 +259,6 @@ def _pickled(fn: Callable[[], Any] | None) -> bytes | None:
         return cloudpickle.dumps(fn)
     except Exception as exc:
         raise TypeError(f"bootstrap {fn!r} cannot be pickled: {exc}") from exc
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class HostMesh(MeshTrait):
@@ -340,12 +363,13 @@ class HostMesh(MeshTrait):
                     entry["command"] = command
                 requests.setdefault(agent, []).append(entry)
         st = _state(uid, len(addrs))
-        api_state(rt).proc_meshes[uid] = ProcMeshRecord(st, addrs, agents, _owner_uid(), name,
-                                                        shape)
+        record = ProcMeshRecord(st, addrs, agents, _owner_uid(), name, shape)
+        api_state(rt).proc_meshes[uid] = record
         spec = {"job": rt.job, "root": rt.root, "mesh_uid": uid,
                 "mesh_name": name, "shape": shape, "proc_addrs": tuple(addrs),
                 "host_agents": tuple(agents),
                 "bootstrap": _pickled(bootstrap), "config": config.get_runtime_config()}
+        record.spec = spec
         supervisor(rt).mesh_spawned(uid, _owner_uid(), "proc", name, shape, tuple(addrs))
         for agent, procs in requests.items():
             # procs on this machine start in our current environment; a worker's procs in
@@ -368,6 +392,35 @@ class HostMesh(MeshTrait):
                             "default_bootstrap_cmd()) or a function of a Point returning one, "
                             f"got {command!r}")
         return command
+    async def sync_workspace(self, workspace: Workspace, conda: bool = False,
+                             auto_reload: bool = False) -> dict[str, Any]:
+        """Copy ``workspace``'s local directories to every host, sending only changed files
+        (content-hashed), over the job's own connections; awaitable, as in Monarch.
+
+        ``auto_reload`` reloads the modules of changed files in every proc this process
+        spawned on these hosts. Returns what was sent (see ``_sync``). Example::
+
+            report = await hosts.sync_workspace(Workspace(dirs=["src"]), auto_reload=True)
+
+        Raises:
+            NotImplementedError: ``conda=True`` (syncing a conda environment).
+            ValueError: a directory of the workspace does not exist.
+        """
+        if conda:
+            raise NotImplementedError("sync_workspace(conda=True): regency syncs directories "
+                                      "only; install the environment on the hosts")
+        return await _sync_workspace(self, workspace, auto_reload, self._procs_here())
+
+    def _procs_here(self) -> list[ProcMesh]:
+        """The live proc meshes this process spawned on these hosts."""
+        agents = {self._agents[g] for g in self._shape_.ranks()}
+        out = []
+        for uid, rec in api_state(runtime()).proc_meshes.items():
+            if rec.state.stopped or not agents.intersection(rec.agents):
+                continue
+            out.append(ProcMesh(uid, rec.name, rec.shape, tuple(rec.addr_list),
+                                tuple(rec.agents)))
+        return out
 
     def shutdown(self) -> Future[None]:
         """Shut down an owned host mesh: its procs and (for workers) the workers."""

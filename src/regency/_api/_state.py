@@ -46,6 +46,8 @@ class ProcMeshRecord:
     owner_uid: str | None  # the actor mesh that spawned it (None: the client)
     name: str
     shape: Shape
+    spec: dict[str, Any] | None = None  # the proc spec, to respawn a rank
+    incarnations: dict[int, int] = field(default_factory=dict)  # rank -> respawns so far
 
 
 @dataclass(eq=False)
@@ -68,6 +70,7 @@ class ApiState:
     mesh_state: dict[str, MeshState] = field(default_factory=dict)  # mesh uid -> state
     proc_meshes: dict[str, ProcMeshRecord] = field(default_factory=dict)
     owned: dict[str, OwnedMesh] = field(default_factory=dict)  # actor meshes spawned here
+    spawned: dict[str, Any] = field(default_factory=dict)  # actor mesh uid -> its SpawnActor
     controllers: dict[str, Any] = field(default_factory=dict)  # name -> ActorMesh (root)
     heartbeats: dict[str, float] = field(default_factory=dict)  # worker -> last answer
     worker_pids: dict[str, tuple[str, int]] = field(default_factory=dict)  # -> (host, pid)

@@ -48,6 +48,7 @@ from .._supervision import (
     MeshSpawned,
     MeshStopped,
     ProcExited,
+    RankRespawned,
     RanksStopped,
     RunRootHook,
     StartGraceTimer,
@@ -121,6 +122,14 @@ class Supervisor:
             else:
                 self.ranks_stopped(uid, frozenset(new), reason)
         return new
+
+    def respawned(self, old: str, new: str) -> None:
+        """The dead proc at ``old`` was replaced by one at ``new`` (any thread): its members
+        move there and run again, at once."""
+        for uid, addrs in list(self._addrs.items()):
+            if old in addrs:
+                self._addrs[uid] = tuple(new if a == old else a for a in addrs)
+        self._apply_now(RankRespawned(old, new, cause_id=self._cause("respawn")))
 
     def spawn_refusal(self, uid: str, name: str,
                       members: list[tuple[int, str]]) -> tuple[str, bool] | None:

@@ -15,6 +15,7 @@ import logging
 import os
 import socket
 import time
+from typing import Any
 
 from .. import config
 from .._debug._stacks import serve_dumps
@@ -33,6 +34,7 @@ from ._leases import ask, beat
 from ._proc_mesh import HostMesh
 from ._process import runtime
 from ._state import api_state
+from ._worker_addr import dial_address, parse_worker_address
 
 log = logging.getLogger("regency.worker")
 
@@ -128,21 +130,23 @@ class WorkerService:
 
 def run_worker_loop_forever(address: str = "tcp://0.0.0.0:26600",
                             ca: str = "trust_all_connections", advertise: str | None = None,
-                            *, private_key: bytes | os.PathLike[str] | str | None = None) -> int:
+                            *, private_key: object = None) -> int:
     """Make this process a worker host serving controllers at ``address``, until shut down.
 
-    The job secret comes from ``REGENCY_SECRET`` or ``REGENCY_SECRET_FILE``; with neither,
-    from this user's secret file (``~/.config/regency/secret``, made on first use), which a
-    controller of the same user reads too. ``advertise``
-    is the host name or IP other machines use to reach procs here (default: this machine's
-    address on the interface of ``address``, or its hostname).
+    ``address`` takes Monarch's forms (``tcp://H:P``, ``tcp://*:P``, ``PROC@tcp://H:P``,
+    ``tcp://ADVERTISED:P@tcp://BIND:P``; see ``_worker_addr``). The job secret comes from
+    ``REGENCY_SECRET`` or ``REGENCY_SECRET_FILE``; with neither, from this user's secret file
+    (``~/.config/regency/secret``, made on first use), which a controller of the same user
+    reads too. ``advertise`` is the host name or IP other
+    machines use to reach procs here (default: the advertised part of ``address``, else this
+    machine's address). Returns the exit code once a controller shuts the worker down.
     """
     _check_ca(ca, "run_worker_loop_forever")
     _check_private_key(private_key, "run_worker_loop_forever")
     secret = job_secret("a worker")
-    addr = Address.parse(address)
-    if addr.scheme != "tcp":
-        raise ValueError(f"a worker listens on tcp, got {address!r}")
+    form = parse_worker_address(address)
+    addr = form.bind
+    advertise = advertise or form.advertise
     rt = Runtime(secret=secret, job="worker", role="worker")
     _current.set_runtime(rt)
     asyncio.set_event_loop(rt.loop)
@@ -210,24 +214,22 @@ def _check_ca(ca: str, where: str) -> None:
         "pass ca='trust_all_connections' (the job secret still authenticates every peer)")
 
 
-def _check_private_key(key: bytes | os.PathLike[str] | str | None, where: str) -> None:
-    """Refuse a ``private_key`` that would be silently ignored, as ``_check_ca`` does."""
+def _check_private_key(key: object, where: str) -> None:
+    """Refuse a ``private_key`` that would be silently ignored (TLS is configured instead)."""
     if key is None:
         return
     configured = str(config.get("tls_key") or "")
-    if not isinstance(key, bytes) and configured and (
-            os.path.realpath(key) == os.path.realpath(configured)):
+    if configured and isinstance(key, (str, os.PathLike)) and \
+            os.path.realpath(key) == os.path.realpath(configured):
         return
     raise ValueError(
-        f"{where}(private_key=...): regency takes TLS from its configuration, not from this "
-        "argument: set tls_cert, tls_key and tls_ca (or REGENCY_TLS_CERT, REGENCY_TLS_KEY, "
-        "REGENCY_TLS_CA) before the first regency call, with tls_key naming this key's file; "
-        "or leave private_key out (the job secret still authenticates every peer)")
+        f"{where}(private_key=...): regency takes TLS keys from its configuration: set "
+        "tls_cert, tls_key and tls_ca (or REGENCY_TLS_CERT, REGENCY_TLS_KEY, REGENCY_TLS_CA) "
+        "before the first regency call, with tls_key naming this file; or leave it None")
 
 
-def attach_to_workers(workers: list[str], ca: str = "trust_all_connections",
-                      name: str | None = None, *,
-                      private_key: bytes | os.PathLike[str] | str | None = None) -> HostMesh:
+def attach_to_workers(workers: list[Any], ca: str = "trust_all_connections",
+                      name: str | None = None, *, private_key: object = None) -> HostMesh:
     """A ``HostMesh`` with a ``hosts`` dimension over the given worker addresses.
 
     Attaches to each worker (they must share the job secret, see ``REGENCY_SECRET``; with none
@@ -242,6 +244,7 @@ def attach_to_workers(workers: list[str], ca: str = "trust_all_connections",
         raise ValueError("attach_to_workers needs at least one worker address")
     _check_ca(ca, "attach_to_workers")
     _check_private_key(private_key, "attach_to_workers")
+    workers = [dial_address(w) for w in workers]
     wanted = job_secret("attach_to_workers")
     rt = runtime()
     if rt.secret != wanted:

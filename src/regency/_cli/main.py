@@ -1,5 +1,5 @@
-"""``regency``: the command line. Subcommands: ``version``, ``doctor``, ``worker``,
-``debug``, ``stack``."""
+"""``regency``: the command line. Subcommands: ``version``, ``doctor``, ``worker``, ``debug``,
+``stack``, and the job commands ``apply``, ``context``, ``kill``, ``exec``, ``shell`` (``_jobs``)."""
 
 from __future__ import annotations
 
@@ -106,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     stacks.add_argument("--timeout", type=float, default=1.0,
                         help="seconds to wait for each proc's stacks (default 1)")
     stacks.set_defaults(run=_stack)
+    from ._jobs import add_commands
+
+    add_commands(sub)
     args = parser.parse_args(argv)
     return int(args.run(args))
 

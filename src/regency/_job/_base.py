@@ -8,7 +8,13 @@ job of the same name, kind and spec says its workers are still alive, they are r
 re-run of the controller reattaches); otherwise whatever that file recorded is killed and
 fresh workers are launched with the scheduler's own tools, and the file is rewritten.
 ``state()`` then attaches to the workers (``attach_to_workers``) and returns a
-:class:`JobState` holding the ``HostMesh``.
+:class:`JobState` holding the ``HostMesh`` of each mesh.
+
+Monarch's second cache sits on top: ``state(cached_path=".regency/job_state.pkl")`` pickles
+the job object (spec plus the record of its workers, never connections) into the working
+directory; a later ``state()`` of an equal spec reuses those workers while they live, and
+kills what a stale pickle recorded. ``job_load``/``job_loads`` read such pickles (the CLI's
+``regency apply/kill`` work through them).
 
 The secret: ``REGENCY_SECRET`` (or ``REGENCY_SECRET_FILE``) when set; else one generated per
 job, kept private in the cache next to the state file so that a re-run finds it, and put in
@@ -18,18 +24,28 @@ environment (or, over ssh, on standard input), never on a command line.
 
 from __future__ import annotations
 
+import logging
 import os
+import pickle
 import secrets
 import time
+import uuid
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from . import _cache
+from . import _batch, _cache
 
 if TYPE_CHECKING:
     from .._api._proc_mesh import HostMesh
 
-__all__ = ["Job", "JobError", "JobState"]
+__all__ = ["DEFAULT_JOB_PATH", "BatchJob", "Job", "JobError", "JobState", "JobTrait", "job_load",
+           "job_loads"]
+
+log = logging.getLogger("regency.job")
+
+
+DEFAULT_JOB_PATH = ".regency/job_state.pkl"
 
 
 class JobError(RuntimeError):
@@ -37,39 +53,51 @@ class JobError(RuntimeError):
 
 
 class JobState:
-    """What :meth:`Job.state` returns: the job's host meshes, by name.
+    """What :meth:`JobTrait.state` returns: the job's host meshes, by name.
 
-    ``state.hosts`` (or the job's ``mesh_name``) is the ``HostMesh``; ``workers`` are the
-    worker addresses; ``status`` is ``"launched"`` (fresh workers) or ``"reattached"``.
+    ``state.hosts`` (or ``state.<mesh name>``, or ``state._hosts[name]``) is a ``HostMesh``;
+    a name the job lacks raises ``AttributeError`` listing those it has. ``workers`` are the
+    worker addresses; ``status`` is ``"launched"`` (fresh workers), ``"reattached"`` (live
+    workers found in the job cache) or ``"cached_running"`` (found through ``cached_path``).
     """
 
-    def __init__(self, name: str, meshes: dict[str, HostMesh], workers: list[str],
-                 status: str) -> None:
+    def __init__(self, hosts: Mapping[str, HostMesh], *, name: str = "job",
+                 workers: Sequence[str] = (), status: str = "launched") -> None:
+        self._hosts = dict(hosts)
         self.name = name
-        self._meshes = dict(meshes)
         self.workers = list(workers)
         self.status = status
 
     def __getattr__(self, attr: str) -> HostMesh:
-        meshes = self.__dict__.get("_meshes", {})
+        meshes = self.__dict__.get("_hosts", {})
         if attr in meshes:
             return meshes[attr]
         raise AttributeError(f"job {self.__dict__.get('name')!r} has no mesh {attr!r}; "
                              f"its meshes: {sorted(meshes)}")
 
+    def __dir__(self) -> list[str]:
+        return sorted({*super().__dir__(), *self._hosts})
+
     def __repr__(self) -> str:
-        return f"<JobState {self.name} {self.status} meshes={sorted(self._meshes)}>"
+        return f"<JobState {self.name} {self.status} meshes={sorted(self._hosts)}>"
 
 
-class Job:
-    """Base of the launchers. Subclasses define the spec and how to launch, probe and kill."""
+class JobTrait:
+    """A job: a declarative spec of worker hosts, plus (once applied) the running workers.
+
+    ``apply()`` makes the workers run; ``state()`` attaches and returns the :class:`JobState`
+    (reusing live workers a previous run left, see :meth:`state`); ``kill()`` stops them.
+    A job pickles (``dump``/``dumps``, ``job_load``/``job_loads``) with its spec and the
+    record of its workers, never with live connections. Subclasses define the spec and how
+    to launch, probe and kill.
+    """
 
     kind: ClassVar[str] = "job"
-    _kinds: ClassVar[dict[str, type[Job]]] = {}
+    _kinds: ClassVar[dict[str, type[JobTrait]]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        Job._kinds[cls.kind] = cls
+        JobTrait._kinds[cls.kind] = cls
 
     def __init__(self, *, name: str, mesh_name: str = "hosts",
                  cache_dir: str | os.PathLike[str] | None = None) -> None:
@@ -79,6 +107,9 @@ class Job:
         self._state: JobState | None = None
         self._status = "new"
         self._workers: list[str] = []
+        self._recorded: dict[str, Any] | None = None
+        self._apply_id: str | None = None
+        self._saved_to: str | None = None
 
     # -- what subclasses provide ---------------------------------------------------------------
     def _spec(self) -> dict[str, Any]:
@@ -99,6 +130,27 @@ class Job:
         """Stop the workers recorded in ``recorded`` (they may be gone already)."""
         raise NotImplementedError
 
+    def _preflight(self) -> None:
+        """Check, before anything starts, that the spec can run here (raise JobError why)."""
+
+    def _needs_secret(self) -> bool:
+        """Whether the job has workers to authenticate (a job secret is made or found)."""
+        return True
+
+    def _mesh_names(self) -> list[str]:
+        """The names of the job's host meshes, in order."""
+        return [self.mesh_name]
+
+    def _connect(self, recorded: dict[str, Any]) -> dict[str, HostMesh]:
+        """Attach to the recorded workers: one ``HostMesh`` per mesh name."""
+        from .._api._workers import attach_to_workers
+
+        by_mesh: dict[str, list[str]] = {n: [] for n in self._mesh_names()}
+        for w in recorded.get("workers", []):
+            by_mesh.setdefault(str(w.get("mesh", self.mesh_name)), []).append(w["addr"])
+        return {mesh: attach_to_workers(addrs, name=f"{self.name}.{mesh}")
+                for mesh, addrs in by_mesh.items() if addrs}
+
     # -- the job's life --------------------------------------------------------------------------
     @property
     def cache_dir(self) -> Path:
@@ -112,52 +164,121 @@ class Job:
         path.mkdir(exist_ok=True, mode=0o700)
         return path
 
-    def apply(self) -> list[str]:
-        """Make sure the workers run (reuse live cached ones, else launch); their addresses."""
+    def apply(self, client_script: str | None = None) -> list[str]:
+        """Make sure the workers run (reuse live cached ones, else launch); their addresses.
+
+        With ``client_script``, that script then runs detached as the job's client (a batch
+        run): ``REGENCY_BATCH_JOB=1`` and ``REGENCY_JOB_STATE`` (this job, pickled) are in its
+        environment, so that its ``job.state()`` reattaches to these workers instead of
+        launching others; its output goes to ``.regency/logs/``.
+        """
         folder = self.cache_dir
         cached = _cache.load(folder, self.name)
-        if cached is not None and self._reusable(cached):
-            secret = self._secret(cached)
-            if secret is not None:
-                self._status = "reattached"
-                self._workers = [w["addr"] for w in cached["workers"]]
-                return list(self._workers)
-        if cached is not None:
-            self._kill_recorded(cached)
-            _cache.forget(folder, self.name)
-        secret, source = self._new_secret()
-        env = worker_env(secret)
-        state = self._launch(env, secret)
-        state.update(kind=self.kind, spec=self._spec(), secret=source, started=time.time())
-        _cache.save(folder, self.name, state)
-        self._status = "launched"
-        self._workers = [w["addr"] for w in state["workers"]]
+        self._apply_id = uuid.uuid4().hex
+        if cached is not None and self._reusable(cached) and self._secret(cached) is not None:
+            self._adopt(cached, "reattached")
+        else:
+            self._preflight()
+            if cached is not None:
+                self._kill_recorded(cached)
+                _cache.forget(folder, self.name)
+            secret, source = self._new_secret() if self._needs_secret() else ("", "none")
+            state = self._launch(worker_env(secret), secret)
+            state.update(kind=self.kind, spec=self._spec(), secret=source, started=time.time())
+            _cache.save(folder, self.name, state)
+            self._adopt(state, "launched")
+        if client_script is not None:
+            _batch.run_client(self, client_script)
         return list(self._workers)
 
-    def state(self) -> JobState:
-        """The running job: workers started (or reused) and attached; cached in this object."""
+    def _adopt(self, recorded: dict[str, Any], status: str) -> None:
+        self._recorded = recorded
+        self._status = status
+        self._workers = [w["addr"] for w in recorded.get("workers", [])]
+
+    def state(self, cached_path: str | os.PathLike[str] | None = DEFAULT_JOB_PATH) -> JobState:
+        """The running job, attached; cached in this object.
+
+        In order: a job already running in this object connects; else the job pickled at
+        ``cached_path`` is reused when it has the same kind and spec and its workers still
+        live (status ``cached_running``); else whatever that file recorded is killed (a stale
+        state is never trusted), the job is applied (which may reattach to live workers of
+        the same name and spec in the job cache) and pickled to ``cached_path``.
+        ``cached_path=None`` skips the pickle. Inside a batch run (``REGENCY_BATCH_JOB=1``)
+        the job only ever reattaches.
+
+        Raises:
+            JobError: the workers cannot be started or attached (the text says why).
+        """
         if self._state is not None:
             return self._state
-        addrs = self.apply()
-        from .._api._workers import attach_to_workers
+        if os.environ.get("REGENCY_BATCH_JOB") == "1" and os.environ.get("REGENCY_JOB_STATE"):
+            return BatchJob(self).state(os.environ["REGENCY_JOB_STATE"])
+        if not self.active:
+            if cached_path is not None:
+                self._from_cached_path(cached_path)
+            else:
+                self.apply()
+        elif self._needs_secret() and self._secret(self._recorded or {}) is None:
+            raise JobError(f"job {self.name}: its workers run but their secret is unknown "
+                           f"here: set REGENCY_SECRET, or keep {self.cache_dir}/"
+                           f"{self.name}.secret (REGENCY_JOB_CACHE={self.cache_dir})")
+        return self._attach()
 
+    def _from_cached_path(self, cached_path: str | os.PathLike[str]) -> None:
+        cached = _load_cached(cached_path)
+        if cached is not None and cached.can_run(self) and cached._secret(
+                cached._recorded or {}) is not None:
+            self.name = cached.name  # the same job: its secret and cache entry are that name's
+            self._adopt(dict(cached._recorded or {}), "cached_running")
+            self._apply_id = cached._apply_id
+        else:
+            if cached is not None and cached._recorded is not None:
+                log.info("job %s: the cached state at %s is stale; killing what it recorded",
+                         self.name, cached_path)
+                cached.kill()
+            self.apply()
+        self.dump(cached_path)
+
+    def _attach(self) -> JobState:
+        assert self._recorded is not None
         try:
-            mesh = attach_to_workers(addrs, name=self.name)
+            meshes = self._connect(self._recorded)
         except Exception as exc:
             hint = ("; they may be serving another controller: stop it, or `kill()` this job"
-                    if self._status == "reattached" else "")
-            raise JobError(f"job {self.name}: cannot attach to its workers {addrs}: {exc}{hint}"
-                           ) from exc
-        self._state = JobState(self.name, {self.mesh_name: mesh}, addrs, self._status)
+                    if self._status != "launched" else "")
+            raise JobError(f"job {self.name}: cannot attach to its workers {self._workers}: "
+                           f"{exc}{hint}") from exc
+        self._state = JobState(meshes, name=self.name, workers=self._workers,
+                               status=self._status)
         return self._state
 
-    def host_mesh(self) -> HostMesh:
-        """The job's ``HostMesh`` (``{hosts: N}``), attaching if needed."""
-        return getattr(self.state(), self.mesh_name)
+    def can_run(self, spec: JobTrait) -> bool:
+        """Whether this (running) job can serve ``spec``: same kind and spec, workers alive."""
+        return (type(spec) is type(self) and spec._spec() == self._spec()
+                and self._recorded is not None and self._reusable(self._recorded))
+
+    @property
+    def active(self) -> bool:
+        """Whether this object's workers were applied and all still run."""
+        return self._recorded is not None and self._status != "killed" and \
+            self._reusable(self._recorded)
+
+    @property
+    def apply_id(self) -> str | None:
+        """A fresh id per ``apply()`` (kept when a cached job is reused); None before."""
+        return self._apply_id
+
+    def host_mesh(self, name: str | None = None) -> HostMesh:
+        """The job's ``HostMesh`` called ``name`` (default: the first), attaching if needed.
+
+        Uses the job cache only (no ``cached_path`` pickle), as before ``state()`` had one.
+        """
+        return getattr(self.state(cached_path=None), name or self._mesh_names()[0])
 
     @property
     def status(self) -> str:
-        """``new`` (nothing done yet), ``launched`` or ``reattached``; ``killed`` after kill."""
+        """``new``, ``launched``, ``reattached`` or ``cached_running``; ``killed`` after kill."""
         return self._status
 
     @property
@@ -166,23 +287,47 @@ class Job:
         return list(self._workers)
 
     def kill(self) -> None:
-        """Stop the workers (gracefully through the mesh when attached) and forget the job."""
+        """Stop the workers (gracefully through the mesh when attached) and forget the job.
+
+        The pickle this object saved (``state(cached_path)``) is removed too.
+        """
         if self._state is not None:
-            mesh = getattr(self._state, self.mesh_name)
-            try:
-                mesh.shutdown().get(timeout=20)
-            except Exception:  # noqa: BLE001 - the workers are killed below either way
-                pass
+            for mesh in self._state._hosts.values():
+                try:
+                    mesh.shutdown().get(timeout=20)
+                except Exception:  # noqa: BLE001 - the workers are killed below either way
+                    pass
             self._state = None
         folder = self.cache_dir
         cached = _cache.load(folder, self.name)
-        if cached is not None:
-            self._kill_recorded(cached)
+        for recorded in (cached, self._recorded):
+            if recorded is not None:
+                self._kill_recorded(recorded)
         _cache.forget(folder, self.name)
+        if self._saved_to is not None:
+            Path(self._saved_to).unlink(missing_ok=True)
         self._status = "killed"
         self._workers = []
+        self._recorded = None
 
-    def __enter__(self) -> Job:
+    def dump(self, filename: str | os.PathLike[str] = DEFAULT_JOB_PATH) -> None:
+        """Pickle this job (spec and worker record, no connections) to ``filename``."""
+        path = Path(filename)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _cache.write_private_bytes(path, self.dumps())
+        self._saved_to = str(path)
+
+    def dumps(self) -> bytes:
+        """This job pickled (spec and worker record, no connections)."""
+        return pickle.dumps(self)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_state"] = None
+        state["_saved_to"] = None
+        return state
+
+    def __enter__(self) -> JobTrait:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -198,7 +343,7 @@ class Job:
             return False
 
     def _kill_recorded(self, cached: dict[str, Any]) -> None:
-        cls = Job._kinds.get(str(cached.get("kind")))
+        cls = JobTrait._kinds.get(str(cached.get("kind")))
         if cls is None:
             raise JobError(f"job {self.name}: the state file records an unknown kind "
                            f"{cached.get('kind')!r}; remove {self.cache_dir / self.name}.json")
@@ -226,6 +371,89 @@ class Job:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name} {self._status}>"
+
+
+Job = JobTrait
+"""The name this class had before it took Monarch's."""
+
+
+class BatchJob:
+    """A job seen from inside its own batch run: ``state()`` only ever reattaches.
+
+    ``BatchJob(job).state(path)`` reuses the workers of the job pickled at ``path`` (or those
+    ``job`` already runs); it never launches. Everything else is ``job``'s.
+
+    Raises (from ``state``):
+        JobError: no live workers of that job and spec were found; the text says where it
+            looked.
+    """
+
+    def __init__(self, job: JobTrait) -> None:
+        self._job = job
+
+    def state(self, cached_path: str | os.PathLike[str] | None = DEFAULT_JOB_PATH) -> JobState:
+        """The job's state, reattached (see the class docstring)."""
+        job = self._job
+        if job._state is not None:
+            return job._state
+        if job.active and job._secret(job._recorded or {}) is None:
+            raise JobError(f"batch job {job.name}: the job secret is unknown here")
+        if not job.active:
+            cached = _load_cached(cached_path) if cached_path is not None else None
+            if cached is None or not cached.can_run(job) or cached._secret(
+                    cached._recorded or {}) is None:
+                why = "no readable job there" if cached is None else \
+                    "its workers are gone or its spec differs"
+                raise JobError(f"batch job {job.name}: cannot reattach through {cached_path}: "
+                               f"{why}. A batch client only reattaches; apply the job first")
+            job.name = cached.name
+            job._adopt(dict(cached._recorded or {}), "cached_running")
+            job._apply_id = cached._apply_id
+        return job._attach()
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.__dict__["_job"], attr)
+
+
+def _load_cached(path: str | os.PathLike[str] | None) -> JobTrait | None:
+    """The job pickled at ``path``; None when there is none (or it cannot be read: logged)."""
+    if path is None or not os.path.exists(path):
+        return None
+    try:
+        return job_load(path)
+    except Exception as exc:  # noqa: BLE001 - an unreadable state is stale, not fatal
+        log.warning("ignoring the job state at %s: cannot load it (%s)", path, exc)
+        return None
+
+
+def job_load(filename: str | os.PathLike[str] = DEFAULT_JOB_PATH) -> JobTrait:
+    """The job pickled at ``filename`` (by ``dump`` or ``state(cached_path)``).
+
+    Raises:
+        JobError: the file is not a pickled job.
+    """
+    with open(filename, "rb") as f:
+        data = f.read()
+    try:
+        return job_loads(data)
+    except JobError as exc:
+        raise JobError(f"{filename}: {exc}") from None
+
+
+def job_loads(data: bytes) -> JobTrait:
+    """The job pickled in ``data`` (by ``dumps``).
+
+    Raises:
+        JobError: ``data`` is not a pickled job.
+    """
+    try:
+        job = pickle.loads(data)
+    except Exception as exc:
+        raise JobError(f"not a pickled job: {exc}") from exc
+    if not isinstance(job, JobTrait):
+        raise JobError(f"not a pickled job but a {type(job).__name__}")
+    job._saved_to = None
+    return job
 
 
 def env_secret() -> str | None:

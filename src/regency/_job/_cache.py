@@ -55,6 +55,19 @@ def write_private(path: Path, text: str) -> None:
         raise
 
 
+def write_private_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically, readable by this user only."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def load(folder: Path, name: str) -> dict[str, Any] | None:
     """The cached state of job ``name``, or None (also for an unreadable file)."""
     try:

@@ -23,7 +23,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["kubernetes_manifests", "kubernetes_worker_addresses"]
+__all__ = ["kubernetes_manifests", "kubernetes_objects", "kubernetes_worker_addresses"]
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,50}[a-z0-9])?$")
 
@@ -77,52 +77,11 @@ def kubernetes_manifests(name: str, replicas: int, image: str, port: int = 26600
     Returns:
         Several YAML documents separated by ``---``, for ``kubectl apply -f -``.
     """
-    _check(name, namespace)
-    if replicas < 1:
-        raise ValueError("replicas must be at least 1")
-    secret_name = secret_name or f"{name}-secret"
-    match = {"app.kubernetes.io/name": "regency-worker", "app.kubernetes.io/instance": name}
-    pod_labels = {**match, **(labels or {})}
-    docs: list[dict[str, Any]] = []
-    if secret_value is not None:
-        docs.append({"apiVersion": "v1", "kind": "Secret",
-                     "metadata": {"name": secret_name, "namespace": namespace, "labels": match},
-                     "type": "Opaque", "stringData": {secret_key: secret_value}})
-    docs.append({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": name, "namespace": namespace, "labels": match},
-        "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": match,
-                 "ports": [{"name": "regency", "port": port, "targetPort": port,
-                            "protocol": "TCP"}]},
-    })
-    container: dict[str, Any] = {
-        "name": "worker", "image": image,
-        "command": [python, "-m", "regency", "worker", "--listen", f"tcp://0.0.0.0:{port}",
-                    "--advertise", "$(POD_IP)"],
-        "ports": [{"name": "regency", "containerPort": port, "protocol": "TCP"}],
-        "env": [
-            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-            {"name": "REGENCY_SECRET",
-             "valueFrom": {"secretKeyRef": {"name": secret_name, "key": secret_key}}},
-            {"name": "PYTHONUNBUFFERED", "value": "1"},
-            *({"name": k, "value": str(v)} for k, v in (env or {}).items()),
-        ],
-    }
-    if resources:
-        container["resources"] = dict(resources)
-    pod_spec: dict[str, Any] = {"terminationGracePeriodSeconds": 10, "containers": [container]}
-    if node_selector:
-        pod_spec["nodeSelector"] = dict(node_selector)
-    if tolerations:
-        pod_spec["tolerations"] = [dict(t) for t in tolerations]
-    docs.append({
-        "apiVersion": "apps/v1", "kind": "StatefulSet",
-        "metadata": {"name": name, "namespace": namespace, "labels": match},
-        "spec": {"serviceName": name, "replicas": replicas, "podManagementPolicy": "Parallel",
-                 "selector": {"matchLabels": match},
-                 "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec}},
-    })
+    docs = kubernetes_objects(name, replicas, image, port, namespace=namespace, python=python,
+                              secret_name=secret_name, secret_key=secret_key,
+                              secret_value=secret_value, resources=resources, env=env,
+                              labels=labels, node_selector=node_selector,
+                              tolerations=tolerations)
     return "---\n".join(to_yaml(d) for d in docs)
 
 
@@ -177,3 +136,66 @@ def _inline(item: Any) -> str:
     if isinstance(item, (list, tuple)):
         return "[]"
     return _scalar(item)
+
+
+def kubernetes_objects(name: str, replicas: int, image: str, port: int = 26600, *,
+                       namespace: str = "default", python: str = "python",
+                       secret_name: str | None = None, secret_key: str = "secret",
+                       secret_value: str | None = None,
+                       resources: Mapping[str, Any] | None = None,
+                       env: Mapping[str, str] | None = None,
+                       labels: Mapping[str, str] | None = None,
+                       node_selector: Mapping[str, str] | None = None,
+                       tolerations: Sequence[Mapping[str, Any]] | None = None,
+                       annotations: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """The objects of :func:`kubernetes_manifests` as dicts (Secret?, Service, StatefulSet)."""
+    _check(name, namespace)
+    if replicas < 1:
+        raise ValueError("replicas must be at least 1")
+    secret_name = secret_name or f"{name}-secret"
+    match = {"app.kubernetes.io/name": "regency-worker", "app.kubernetes.io/instance": name}
+    pod_labels = {**match, **(labels or {})}
+    docs: list[dict[str, Any]] = []
+    if secret_value is not None:
+        docs.append({"apiVersion": "v1", "kind": "Secret",
+                     "metadata": {"name": secret_name, "namespace": namespace, "labels": match},
+                     "type": "Opaque", "stringData": {secret_key: secret_value}})
+    docs.append({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace, "labels": match},
+        "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": match,
+                 "ports": [{"name": "regency", "port": port, "targetPort": port,
+                            "protocol": "TCP"}]},
+    })
+    container: dict[str, Any] = {
+        "name": "worker", "image": image,
+        "command": [python, "-m", "regency", "worker", "--listen", f"tcp://0.0.0.0:{port}",
+                    "--advertise", "$(POD_IP)"],
+        "ports": [{"name": "regency", "containerPort": port, "protocol": "TCP"}],
+        "env": [
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "REGENCY_SECRET",
+             "valueFrom": {"secretKeyRef": {"name": secret_name, "key": secret_key}}},
+            {"name": "PYTHONUNBUFFERED", "value": "1"},
+            *({"name": k, "value": str(v)} for k, v in (env or {}).items()),
+        ],
+    }
+    if resources:
+        container["resources"] = dict(resources)
+    pod_spec: dict[str, Any] = {"terminationGracePeriodSeconds": 10, "containers": [container]}
+    if node_selector:
+        pod_spec["nodeSelector"] = dict(node_selector)
+    if tolerations:
+        pod_spec["tolerations"] = [dict(t) for t in tolerations]
+    pod_meta: dict[str, Any] = {"labels": pod_labels}
+    if annotations:
+        pod_meta["annotations"] = dict(annotations)
+    docs.append({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": name, "namespace": namespace, "labels": match},
+        "spec": {"serviceName": name, "replicas": replicas, "podManagementPolicy": "Parallel",
+                 "selector": {"matchLabels": match},
+                 "template": {"metadata": pod_meta, "spec": pod_spec}},
+    })
+    return docs

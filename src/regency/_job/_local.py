@@ -1,4 +1,4 @@
-"""``LocalJob``: N ``regency worker`` processes on this machine, each one a host.
+"""``ProcessJob`` and ``LocalJob``: ``regency worker`` processes on this machine, each a host.
 
 Each worker listens on a free loopback port (``tcp://127.0.0.1:0``; the port it got is read
 from the line it prints) and runs in a session of its own, so that it outlives the
@@ -9,81 +9,110 @@ whatever of it (its fork server, its procs) is left after a grace period.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from ._base import Job, JobError
+from ._base import JobError, JobTrait
 
-__all__ = ["LocalJob"]
+if TYPE_CHECKING:
+    from .._api._proc_mesh import HostMesh
+
+__all__ = ["LocalJob", "ProcessJob"]
 
 _LISTENING = re.compile(r"regency worker listening on (tcp:\S+)")
 _GRACE = 3.0
 
 
-class LocalJob(Job):
-    """``hosts`` worker hosts as subprocesses of this machine (for development and tests).
+class ProcessJob(JobTrait):
+    """Host meshes of ``regency worker`` subprocesses on this machine (Monarch's ProcessJob).
 
     Example::
 
-        from regency.job import LocalJob
+        from regency.job import ProcessJob
 
-        job = LocalJob(hosts=2)                       # or LocalJob(name="exp1", hosts=2)
-        hosts = job.host_mesh()                       # {hosts: 2}
-        procs = hosts.spawn_procs(per_host={"gpus": 2})
+        job = ProcessJob({"trainers": 2, "generators": 1})
+        state = job.state()                   # reuses live workers a previous run left
+        procs = state.trainers.spawn_procs(per_host={"gpus": 2})   # {hosts: 2, gpus: 2}
         ...
-        job.kill()                                    # or keep them for the next run
+        job.kill()
 
     Args:
-        hosts: how many worker hosts.
-        name: the job's name: a later ``LocalJob`` of the same name and spec reuses the
-            workers while they live.
+        meshes: mesh name -> how many worker hosts it has.
+        env: extra environment variables for the workers.
+        name: the job's name in the job cache (default: one per working directory).
         python: the interpreter the workers run (default: this one).
         start_timeout: seconds to wait for every worker to listen.
         cache_dir: where the state file and logs go (default ``~/.cache/regency/jobs``).
     """
 
-    kind = "local"
+    kind = "process"
 
-    def __init__(self, hosts: int = 1, *, name: str = "local", python: str | None = None,
-                 start_timeout: float = 60.0, mesh_name: str = "hosts",
+    def __init__(self, meshes: Mapping[str, int], env: Mapping[str, str] | None = None, *,
+                 name: str | None = None, python: str | None = None,
+                 start_timeout: float = 60.0,
                  cache_dir: str | os.PathLike[str] | None = None) -> None:
-        if not isinstance(hosts, int) or hosts < 1:
-            raise ValueError(f"hosts must be a positive int, got {hosts!r}")
-        super().__init__(name=name, mesh_name=mesh_name, cache_dir=cache_dir)
-        self.hosts = hosts
+        meshes = dict(meshes)
+        if not meshes:
+            raise ValueError("ProcessJob needs at least one mesh: ProcessJob({'hosts': 2})")
+        for mesh, n in meshes.items():
+            if not isinstance(mesh, str) or not mesh.isidentifier():
+                raise ValueError(f"mesh name {mesh!r} must be a Python identifier "
+                                 "(state.NAME reads it)")
+            if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+                raise ValueError(f"mesh {mesh!r}: the number of hosts must be a positive int, "
+                                 f"got {n!r}")
+        self._auto_name = name is None
+        if name is None:
+            digest = hashlib.sha1(os.getcwd().encode()).hexdigest()[:10]
+            name = f"{self.kind}-{digest}"
+        super().__init__(name=name, mesh_name=next(iter(meshes)), cache_dir=cache_dir)
+        self.meshes = meshes
+        self.env = dict(env or {})
         self.python = python or sys.executable
         self.start_timeout = start_timeout
 
     def _spec(self) -> dict[str, Any]:
-        return {"hosts": self.hosts, "python": self.python}
+        return {"meshes": self.meshes, "python": self.python, "env": self.env}
+
+    def _mesh_names(self) -> list[str]:
+        return list(self.meshes)
 
     def _launch(self, env: dict[str, str], secret: str) -> dict[str, Any]:
-        started: list[tuple[subprocess.Popen[bytes], Path]] = []
+        env = {**env, **self.env}
+        started: list[tuple[str, subprocess.Popen[bytes], Path]] = []
         try:
-            for i in range(self.hosts):
-                log = self.log_dir / f"worker-{i}.log"
-                with open(log, "wb") as out:
-                    proc = subprocess.Popen(
-                        [self.python, "-m", "regency", "worker", "--listen", "tcp://127.0.0.1:0",
-                         "--advertise", "127.0.0.1"],
-                        stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
-                        start_new_session=True, cwd=os.getcwd())
-                started.append((proc, log))
-            workers = [self._await_listening(i, proc, log, time.monotonic() + self.start_timeout)
-                       for i, (proc, log) in enumerate(started)]
+            for mesh, n in self.meshes.items():
+                for i in range(n):
+                    started.append((mesh, *self._start_one(f"{mesh}-{i}", env)))
+            deadline = time.monotonic() + self.start_timeout
+            workers = [dict(self._await_listening(i, proc, log, deadline), mesh=mesh)
+                       for i, (mesh, proc, log) in enumerate(started)]
         except BaseException:
-            for proc, _ in started:
+            for _, proc, _ in started:
                 _stop_tree(proc.pid, None)
             raise
         return {"workers": workers}
+
+    def _start_one(self, label: str, env: dict[str, str]
+                   ) -> tuple[subprocess.Popen[bytes], Path]:
+        log = self.log_dir / f"worker-{label}.log"
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(
+                [self.python, "-m", "regency", "worker", "--listen", "tcp://127.0.0.1:0",
+                 "--advertise", "127.0.0.1"],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
+                start_new_session=True, cwd=os.getcwd())
+        return proc, log
 
     def _await_listening(self, i: int, proc: subprocess.Popen[bytes], log: Path,
                          deadline: float) -> dict[str, Any]:
@@ -114,6 +143,86 @@ class LocalJob(Job):
         _stop_all(procs)
         for w in recorded.get("workers", []):
             _reap(int(w.get("pid", 0)))
+
+
+class LocalJob(ProcessJob):
+    """Worker hosts on this machine, for development and tests.
+
+    ``LocalJob(hosts=N)`` starts N ``regency worker`` subprocesses forming one mesh
+    (``state().hosts``, ``{hosts: N}``). ``LocalJob(hosts=("a", "b"))`` is Monarch's form:
+    every named mesh is ``this_host()`` (no workers; nothing to reattach to).
+
+    Example::
+
+        from regency.job import LocalJob
+
+        job = LocalJob(hosts=2)                       # or LocalJob(name="exp1", hosts=2)
+        hosts = job.host_mesh()                       # {hosts: 2}
+        procs = hosts.spawn_procs(per_host={"gpus": 2})
+        ...
+        job.kill()                                    # or keep them for the next run
+
+    Args:
+        hosts: how many worker hosts, or mesh names that are each this host.
+        name: the job's name: a later ``LocalJob`` of the same name and spec reuses the
+            workers while they live.
+        python: the interpreter the workers run (default: this one).
+        start_timeout: seconds to wait for every worker to listen.
+        mesh_name: the name of the mesh of ``hosts`` workers.
+        cache_dir: where the state file and logs go (default ``~/.cache/regency/jobs``).
+    """
+
+    kind = "local"
+
+    def __init__(self, hosts: int | Sequence[str] = 1, *, name: str = "local",
+                 python: str | None = None, start_timeout: float = 60.0,
+                 mesh_name: str = "hosts",
+                 cache_dir: str | os.PathLike[str] | None = None) -> None:
+        if isinstance(hosts, str):
+            hosts = (hosts,)
+        if not isinstance(hosts, int) and all(isinstance(h, str) for h in hosts) and hosts:
+            self.here: tuple[str, ...] = tuple(hosts)
+            super().__init__(dict.fromkeys(self.here, 1), name=name, python=python,
+                             start_timeout=start_timeout, cache_dir=cache_dir)
+            return
+        if not isinstance(hosts, int) or isinstance(hosts, bool) or hosts < 1:
+            raise ValueError(f"hosts must be a positive int (worker subprocesses) or mesh "
+                             f"names (each this host), got {hosts!r}")
+        self.here = ()
+        super().__init__({mesh_name: hosts}, name=name, python=python,
+                         start_timeout=start_timeout, cache_dir=cache_dir)
+
+    @property
+    def hosts(self) -> int:
+        """How many worker hosts (0 in the this_host() form)."""
+        return 0 if self.here else sum(self.meshes.values())
+
+    def _spec(self) -> dict[str, Any]:
+        if self.here:
+            return {"here": list(self.here)}
+        return {"hosts": self.hosts, "python": self.python}
+
+    def _needs_secret(self) -> bool:
+        return not self.here
+
+    def _launch(self, env: dict[str, str], secret: str) -> dict[str, Any]:
+        if self.here:
+            return {"workers": []}
+        return super()._launch(env, secret)
+
+    def _connect(self, recorded: dict[str, Any]) -> dict[str, HostMesh]:
+        if self.here:
+            from .._api._proc_mesh import this_host
+
+            return {h: this_host() for h in self.here}
+        return super()._connect(recorded)
+
+    @property
+    def active(self) -> bool:
+        """As for every job; in the this_host() form, True once applied (until killed)."""
+        if self.here:
+            return self._recorded is not None and self._status != "killed"
+        return super().active
 
 
 def _reap(pid: int) -> None:

@@ -119,10 +119,15 @@ class SlurmJob(Job):
                   "srun --kill-on-bad-exit=0 " + " ".join(shlex.quote(a) for a in boot), ""]
         return "\n".join(lines)
 
-    def _launch(self, env: dict[str, str], secret: str) -> dict[str, Any]:
+    def _preflight(self) -> None:
         for tool in ("sbatch", "squeue", "scancel"):
             if shutil.which(tool) is None:
-                raise JobError(f"SlurmJob needs `{tool}` on PATH (SLURM's client commands)")
+                raise JobError(f"SlurmJob {self.name}: `{tool}` is not on PATH "
+                               f"({os.environ.get('PATH', '')}); SLURM's client commands must "
+                               "be installed where the controller runs")
+
+    def _launch(self, env: dict[str, str], secret: str) -> dict[str, Any]:
+        self._preflight()
         base = self.rendezvous_dir or self.log_dir
         rendezvous = base / f"rendezvous-{uuid.uuid4().hex[:8]}"
         rendezvous.mkdir(parents=True, mode=0o700)

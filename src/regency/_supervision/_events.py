@@ -31,6 +31,7 @@ __all__ = [
     "MeshStopped",
     "ProcExited",
     "RanksStopped",
+    "RankRespawned",
     "StopFinished",
     "SuperviseDone",
 ]
@@ -100,6 +101,17 @@ class RanksStopped(Event):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ranks", frozenset(self.ranks))
+
+
+@dataclass(frozen=True, slots=True)
+class RankRespawned(Event):
+    """The dead proc at ``old_addr`` was replaced by a new proc at ``addr`` (an elastic
+    mesh's respawn): every member the old proc hosted, of meshes not stopped, now lives at
+    ``addr`` and is RUNNING again. The old address stays dead (addresses are never reused).
+    """
+
+    old_addr: str
+    addr: str
 
 
 @dataclass(frozen=True, slots=True)

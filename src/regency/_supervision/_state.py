@@ -55,6 +55,10 @@ does, the rest is the handlers below.
    answer to a delivery that was never made) raises :class:`InvalidTransition`, whose text
    includes the story of what it mentions. Events before it in the same ``handle`` call have
    been applied; their actions are on the exception.
+7. :class:`RankRespawned` (an elastic mesh replaced a dead proc): the members it hosted move
+   to the new address and are RUNNING again, their failures forgotten; the old address stays
+   dead. Stopped meshes and stopped ranks stay as they are. Only a dead (or lost) proc is
+   replaced.
 
 What it must not know: how failures travel between processes, how a call is executed, the
 coordinates of a rank, anything about time except the grace period it asks for.
@@ -90,6 +94,7 @@ from regency._supervision._events import (
     MeshSpawned,
     MeshStopped,
     ProcExited,
+    RankRespawned,
     RanksStopped,
     StopFinished,
     SuperviseDone,
@@ -458,6 +463,27 @@ class SupervisionState:
                     self._retired.setdefault(mesh.members[rank], ev.reason)
         return []
 
+    def _on_rank_respawned(self, ev: RankRespawned) -> list[Action]:
+        old = ev.old_addr
+        if old not in self._dead and old not in self._unreachable and old not in self._lost:
+            raise self._invalid(ev, f"the proc at {old} is not known to be dead; only a dead "
+                                "proc is replaced")
+        if ev.addr in self._hosted or ev.addr in self._dead:
+            raise self._invalid(ev, f"the new address {ev.addr} is in use already")
+        for uid, ranks in self._hosted.pop(old, {}).items():
+            mesh = self._meshes.get(uid)
+            if mesh is None or mesh.stopped is not None:
+                continue
+            for rank in ranks:
+                if rank in mesh.stopped_ranks:
+                    continue
+                mesh.members[rank] = ev.addr
+                mesh.ranks[rank] = _R
+                mesh.why.pop(rank, None)
+                mesh.failures.pop(rank, None)
+                self._hosted.setdefault(ev.addr, {}).setdefault(uid, []).append(rank)
+        return []
+
     def _on_stop_finished(self, ev: StopFinished) -> list[Action]:
         mesh = self._mesh(ev, ev.uid)
         if mesh.stopped is None:
@@ -766,7 +792,7 @@ class SupervisionState:
         return InvalidTransition(event, why, self._story.about(*self._keys_of_event(event)))
 
 
-_KEY_FIELDS: Final = ("uid", "owner_uid", "addr", "failure_id", "call_id")
+_KEY_FIELDS: Final = ("uid", "owner_uid", "addr", "old_addr", "failure_id", "call_id")
 
 
 def _keys_of(item: Event | Action) -> list[StoryKey]:
@@ -789,6 +815,7 @@ _HANDLERS: Final[Mapping[type[Event], Callable[[SupervisionState, Any], list[Act
     MeshSpawned: SupervisionState._on_mesh_spawned,
     MeshStopped: SupervisionState._on_mesh_stopped,
     RanksStopped: SupervisionState._on_ranks_stopped,
+    RankRespawned: SupervisionState._on_rank_respawned,
     StopFinished: SupervisionState._on_stop_finished,
     CallStarted: SupervisionState._on_call_started,
     CallFinished: SupervisionState._on_call_finished,

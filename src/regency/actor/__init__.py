@@ -55,7 +55,9 @@ from .._api._returns_future import returns_future as returns_future
 from .._api._supervise import default_unhandled_fault_hook as _default_hook
 from .._api._value_mesh import ValueMesh as ValueMesh
 from .._api._workers import attach_to_workers as attach_to_workers
-from .._api._workers import run_worker_loop_forever as run_worker_loop_forever
+from .._api._worker_loops import run_worker_loop_forever as run_worker_loop_forever
+from .._api._worker_loops import run_worker_loop_until_shutdown as run_worker_loop_until_shutdown
+from .._api._worker_loops import start_worker_loop_forever as start_worker_loop_forever
 from .._config_types import ChannelTransport as ChannelTransport
 from .._debug._controller import debug_controller as debug_controller
 from .._mesh import Extent as Extent
@@ -112,8 +114,10 @@ __all__ = [
     "get_or_spawn_controller",
     "returns_future",
     "run_worker_loop_forever",
+    "run_worker_loop_until_shutdown",
     "send",
     "shutdown_context",
+    "start_worker_loop_forever",
     "this_host",
     "this_proc",
     "unhandled_fault_hook",

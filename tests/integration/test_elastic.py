@@ -1,0 +1,116 @@
+"""Elastic meshes: ``ProcMesh.respawn`` replaces a dead rank in place.
+
+A rank is killed with SIGKILL in the middle of a training loop; the call in flight to it
+fails with ``SupervisionError``; ``respawn`` starts a new proc at the same coordinates, the
+trainer is rebuilt with its constructor arguments and restored from a peer, and the loop
+goes on with every rank, the same mesh objects reaching the new incarnation.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from _elastic_actors import Trainer
+
+import regency.actor as ra
+from regency.actor import SupervisionError, this_host
+
+T = 30
+
+
+@pytest.fixture
+def failures() -> Iterator[list[Any]]:
+    """Failures go to a list instead of stopping the program (the hook is looked up late)."""
+    seen: list[Any] = []
+    before = ra.unhandled_fault_hook
+    ra.unhandled_fault_hook = seen.append
+    yield seen
+    ra.unhandled_fault_hook = before
+
+
+def test_a_killed_rank_is_respawned_and_the_training_loop_goes_on(failures: list[Any]) -> None:
+    procs = this_host().spawn_procs(per_host={"gpus": 4}, name="elastic")
+    trainers = procs.spawn("trainers", Trainer, 7)
+    old_pids = list(trainers.pid.call().get(timeout=T).values())
+    victim = old_pids[2]
+    restored: list[dict[str, int]] = []
+
+    def restore(point: dict[str, int], members: dict[str, Any]) -> None:
+        weights = trainers.slice(gpus=0).state.call_one().get(timeout=T)  # a live peer's
+        members["trainers"].load.call_one(weights).get(timeout=T)
+        restored.append(point)
+
+    steps_done = 0
+    respawned: list[int] = []
+    while steps_done < 6:
+        if steps_done == 3 and not respawned:
+            os.kill(victim, signal.SIGKILL)
+        try:
+            out = trainers.step.call(1).get(timeout=T)
+        except SupervisionError as exc:
+            assert "gpus" in str(exc) or "rank" in str(exc)
+            respawned = procs.respawn(restore=restore)
+            continue
+        steps_done += 1
+        weights = {v["weights"] for v in out.values()}
+        assert len(weights) == 1, f"ranks diverged: {out}"  # restored: in step again
+    assert respawned == [2] and restored == [{"gpus": 2}]
+    new_pids = list(trainers.pid.call().get(timeout=T).values())
+    assert new_pids[2] != victim and new_pids[:2] + new_pids[3:] == [
+        p for i, p in enumerate(old_pids) if i != 2]
+    final = trainers.step.call(1).get(timeout=T)
+    assert all(v["seed"] == 7 for v in final.values())  # rebuilt with its constructor args
+    assert [v["rank"] for v in final.values()] == [0, 1, 2, 3]
+    assert failures, "the death was reported to the hook"
+    procs.stop().get(timeout=T)
+
+
+def test_a_call_in_flight_to_the_dead_rank_fails_and_later_calls_reach_the_new_one(
+        failures: list[Any]) -> None:
+    procs = this_host().spawn_procs(per_host={"gpus": 2}, name="inflight")
+    trainers = procs.spawn("trainers", Trainer, 1)
+    one = trainers.slice(gpus=1)  # a slice made before the respawn
+    pid = one.pid.call_one().get(timeout=T)
+    stuck = one.hang.call_one()
+    started = threading.Event()
+    threading.Thread(target=lambda: (started.set(), os.kill(pid, signal.SIGKILL))).start()
+    started.wait(T)
+    with pytest.raises(SupervisionError):
+        stuck.get(timeout=T)
+    with pytest.raises(ValueError, match=r"rank\(s\) \[0\].*alive"):
+        procs.respawn([0])
+    assert procs.respawn([{"gpus": 1}]) == [1]
+    assert one.pid.call_one().get(timeout=T) not in (pid, None)
+    assert procs.respawn() == []  # nothing dead now
+    # the new incarnation can die and be respawned again
+    again = one.pid.call_one().get(timeout=T)
+    os.kill(again, signal.SIGKILL)
+    with pytest.raises(SupervisionError):
+        one.hang.call_one().get(timeout=T)
+    assert procs.respawn() == [1]
+    assert one.pid.call_one().get(timeout=T) not in (pid, again)
+    procs.stop().get(timeout=T)
+
+
+def test_a_supervise_decision_respawns_the_rank() -> None:
+    import time
+
+    from _elastic_actors import Owner
+
+    procs = this_host().spawn_procs(name="owner")
+    owner = procs.spawn("owner", Owner)
+    before = owner.pids.call_one().get(timeout=T)
+    os.kill(before[1], signal.SIGKILL)
+    deadline = time.monotonic() + T
+    while not owner.log.call_one().get(timeout=T):  # __supervise__ runs between messages
+        assert time.monotonic() < deadline, "the owner never respawned the rank"
+        time.sleep(0.02)
+    assert owner.log.call_one().get(timeout=T) == [1]
+    after = owner.pids.call_one().get(timeout=T)
+    assert after[0] == before[0] and after[1] != before[1]
+    procs.stop().get(timeout=T)
