@@ -1,5 +1,6 @@
 """``regency``: the command line. Subcommands: ``version``, ``doctor``, ``worker``, ``debug``,
-``stack``, and the job commands ``apply``, ``context``, ``kill``, ``exec``, ``shell`` (``_jobs``)."""
+``stack``, and the job commands ``apply``, ``context``, ``kill``, ``exec``, ``shell``
+(``_jobs``)."""
 
 from __future__ import annotations
 

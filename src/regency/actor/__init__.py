@@ -54,10 +54,10 @@ from .._api._proc_mesh import this_proc as this_proc
 from .._api._returns_future import returns_future as returns_future
 from .._api._supervise import default_unhandled_fault_hook as _default_hook
 from .._api._value_mesh import ValueMesh as ValueMesh
-from .._api._workers import attach_to_workers as attach_to_workers
 from .._api._worker_loops import run_worker_loop_forever as run_worker_loop_forever
 from .._api._worker_loops import run_worker_loop_until_shutdown as run_worker_loop_until_shutdown
 from .._api._worker_loops import start_worker_loop_forever as start_worker_loop_forever
+from .._api._workers import attach_to_workers as attach_to_workers
 from .._config_types import ChannelTransport as ChannelTransport
 from .._debug._controller import debug_controller as debug_controller
 from .._mesh import Extent as Extent
