@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_map
 
-from ._dispatch import fake_of, fake_mode, issue_python
+from ._dispatch import fake_of, fake_only, issue_python
 from ._messages import GroupRef
 from ._tensor import Tensor
 
@@ -58,7 +58,7 @@ def reduce_tensor(t: Tensor, dims: str | tuple[str, ...], reduction: str, scatte
                          f"{size} (the size of those dims), got shape {shape}")
     dm.ensure_comms()
     fake = fake_of(t)
-    with fake_mode:
+    with fake_only():
         if reduction == "stack":
             result = torch.empty_like(fake) if scatter else torch.stack([fake] * size)
         else:

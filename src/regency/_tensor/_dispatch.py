@@ -7,6 +7,8 @@ FakeTensors), make a remote ``Tensor`` per new output, and append the op to the 
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -15,7 +17,7 @@ from torch._subclasses.fake_tensor import (
     DynamicOutputShapeException,
     FakeTensorMode,
 )
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from . import _active
@@ -24,10 +26,20 @@ from ._errors import bad_arguments
 from ._messages import Ref
 from ._tensor import Meta, Tensor, make
 
-__all__ = ["DataDependent", "fake_mode", "issue_python", "run_op"]
+__all__ = ["DataDependent", "fake_mode", "fake_only", "issue_python", "run_op"]
 
 fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
 
+
+@contextlib.contextmanager
+def fake_only() -> Iterator[None]:
+    """Run torch on FakeTensors only: our mode (a user mode, above the infra fake mode)
+    is set aside for the block."""
+    with _disable_current_modes(), fake_mode:
+        yield
+
+#: ops that run on the controller itself (the profiler's record_function markers)
+_LOCAL_NAMESPACES = frozenset({"profiler"})
 _LIFT = {torch.ops.aten.lift_fresh.default, torch.ops.aten.lift_fresh_copy.default}
 
 
@@ -65,7 +77,7 @@ def fake_of(t: Tensor) -> Any:
     f = t._fake
     if f is None:
         shape, stride, offset, dtype, device = t._meta
-        with fake_mode:
+        with fake_only():
             f = torch.empty_strided(shape, stride, dtype=dtype, device=device)
             if offset:
                 f = f.as_strided(shape, stride, offset)
@@ -171,7 +183,7 @@ def run_op(mesh: Any, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) 
 
 def _propagate(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     try:
-        with fake_mode:
+        with fake_only():
             return func(*_fakes(args), **_fakes(kwargs))
     except (DataDependentOutputException, DynamicOutputShapeException) as exc:
         raise DataDependent(
@@ -242,7 +254,7 @@ class _Mode(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
                            kwargs: Any = None) -> Any:
         mesh = _active.current()
-        if mesh is None:
+        if mesh is None or func.namespace in _LOCAL_NAMESPACES:
             return func(*args, **(kwargs or {}))
         return run_op(mesh, func, args, kwargs or {})
 

@@ -8,7 +8,7 @@ import torch
 from torch.utils._pytree import tree_leaves, tree_map
 
 from .._api._future import Future, completed
-from ._dispatch import fake_mode, issue_python
+from ._dispatch import fake_only, issue_python
 from ._errors import bad_arguments
 from ._messages import RankRef, Ref
 from ._tensor import Tensor
@@ -61,7 +61,7 @@ def rank_tensor(device_mesh: Any, dims: str | tuple[str, ...] | list[str] = ()) 
     if unknown:
         raise ValueError(f"rank_tensor over {unknown}: not dims of the mesh "
                          f"{device_mesh.labels}")
-    with fake_mode:
+    with fake_only():
         out = torch.empty((), dtype=torch.int64)
     spec = "py:regency._tensor._fetch:_rank_value"
     return issue_python(device_mesh, spec, spec, (RankRef(names),), {}, out)  # type: ignore[no-any-return]

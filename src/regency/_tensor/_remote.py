@@ -11,7 +11,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 
 from .._api._future import Future
 from . import _active
-from ._dispatch import _fakes, fake_mode, issue_python
+from ._dispatch import _fakes, fake_only, issue_python
 from ._messages import Ref
 from ._tensor import Tensor
 from ._worker import TensorMeta
@@ -58,7 +58,7 @@ class Remote:
 
     def _outputs(self, mesh: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if callable(self._propagate):
-            with fake_mode:
+            with fake_only():
                 return self._propagate(*_fakes(args), **_fakes(kwargs))
         key = tuple((t._meta, t.requires_grad) if isinstance(t, Tensor) else repr(t)
                     for t in tree_leaves((args, kwargs)))
@@ -66,7 +66,7 @@ class Remote:
             return self._cache[key]
         first = {d: 0 for d in mesh.labels}
         metas = self._call(mesh, args, kwargs, True, first).result()
-        with fake_mode:
+        with fake_only():
             out = tree_map(lambda m: torch.empty_strided(m[0], m[1], dtype=m[2])
                            if isinstance(m, TensorMeta) else m, metas,
                            is_leaf=lambda m: isinstance(m, TensorMeta))
