@@ -36,7 +36,7 @@ class Tensor(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (),
                            kwargs: Any = None) -> Any:
-        raise TypeError(f"{func}: {RULES['NO_MESH']}")
+        raise TypeError(f"{func}: NO_MESH: {RULES['NO_MESH']}")
 
     def drop(self) -> None:
         """Free this value on every rank now; using the tensor afterwards is a TypeError."""
@@ -84,6 +84,48 @@ class Tensor(torch.Tensor):
                 f"stream={self._stream.name!r}{', dropped' if self._dropped else ''})")
 
     __str__ = __repr__
+
+
+def _binary(name: str, fn: Any, reflected: bool) -> Any:
+    """An operator whose argument errors reach the caller: torch's own operators turn a
+    ``TypeError`` into ``NotImplemented``, which would hide which argument broke which rule."""
+    base = getattr(torch.Tensor, name)
+
+    def method(self: Tensor, other: Any) -> Any:
+        if not reflected:
+            return fn(self, other)
+        if isinstance(other, torch.Tensor):
+            return fn(other, self)
+        scalar = _REFLECTED_SCALAR.get(name)
+        return scalar(self, other) if scalar is not None else base(self, other)
+
+    method.__name__ = name
+    return method
+
+
+_REFLECTED_SCALAR: dict[str, Any] = {
+    "__radd__": torch.add, "__rmul__": torch.mul, "__rand__": torch.bitwise_and,
+    "__ror__": torch.bitwise_or, "__rxor__": torch.bitwise_xor, "__rsub__": torch.rsub,
+    "__rtruediv__": lambda t, o: torch.reciprocal(t) * o,
+    "__rpow__": lambda t, o: torch.pow(o, t),
+}
+_OPERATORS = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "truediv": torch.div,
+    "floordiv": torch.floor_divide, "mod": torch.remainder, "pow": torch.pow,
+    "matmul": torch.matmul, "and": torch.bitwise_and, "or": torch.bitwise_or,
+    "xor": torch.bitwise_xor,
+}
+for _name, _fn in _OPERATORS.items():
+    setattr(Tensor, f"__{_name}__", _binary(f"__{_name}__", _fn, False))
+    setattr(Tensor, f"__r{_name}__", _binary(f"__r{_name}__", _fn, True))
+for _name, _fn in {"eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le,
+                   "gt": torch.gt, "ge": torch.ge}.items():
+    setattr(Tensor, f"__{_name}__", _binary(f"__{_name}__", _fn, False))
+for _name in ("add", "sub", "mul", "div"):
+    _inplace = getattr(torch.Tensor, f"{_name}_")
+    setattr(Tensor, f"__i{'truediv' if _name == 'div' else _name}__",
+            _binary(f"__i{_name}__", _inplace, False))
+Tensor.__hash__ = torch.Tensor.__hash__  # type: ignore[method-assign,assignment]
 
 
 def make(mesh: Any, stream: Stream, ref: int, meta: Meta, fake: Any) -> Tensor:
