@@ -154,7 +154,7 @@ class ProcMesh(MeshTrait):
 
     def rank_tensors(self) -> dict[str, Any]:
         """``rank_tensor`` of every dim, by name."""
-        return _tensor_api().rank_tensors(self)  # type: ignore[no-any-return]
+        return _tensor_api().rank_tensors(self)  # type: ignore[no-any-return,unused-ignore]
 
     def process_group(self, dims: str | Sequence[str]) -> Any:
         """The torch.distributed group over ``dims``, for ``remote`` functions (gloo on CPU)."""

@@ -68,7 +68,7 @@ def reduce_tensor(t: Tensor, dims: str | tuple[str, ...], reduction: str, scatte
     if inplace:
         issue_python(dm, _SPEC, _SPEC, args, {}, None, mutates=[t])
         return t
-    return issue_python(dm, _SPEC, _SPEC, args, {}, result)  # type: ignore[no-any-return]
+    return issue_python(dm, _SPEC, _SPEC, args, {}, result)  # type: ignore[no-any-return,unused-ignore]
 
 
 def reduce(tensors: Any, dims: str | tuple[str, ...] = (), reduction: str = "sum",

@@ -69,7 +69,7 @@ _cache: dict[Any, tuple[Any, list[Any]]] = {}
 
 def meta_of(t: torch.Tensor) -> Meta:
     """The metadata of a (fake) tensor."""
-    return (tuple(t.shape), tuple(t.stride()), t.storage_offset(), t.dtype, t.device)
+    return (tuple(t.shape), tuple(t.stride()), int(t.storage_offset()), t.dtype, t.device)
 
 
 def fake_of(t: Tensor) -> Any:

@@ -39,9 +39,9 @@ def fetch_shard(obj: Any, shard: dict[str, int] | None = None, **coords: int) ->
     if where:
         mesh.rank_of(where)  # validates
     else:
-        where = {d: 0 for d in mesh.labels} if mesh.labels else {}
+        where = dict.fromkeys(mesh.labels, 0) if mesh.labels else {}
     tree = tree_map(lambda t: Ref(t._ref) if isinstance(t, Tensor) else t, obj)
-    return mesh.fetch(tree, where)  # type: ignore[no-any-return]
+    return mesh.fetch(tree, where)  # type: ignore[no-any-return,unused-ignore]
 
 
 def inspect(obj: Any, shard: dict[str, int] | None = None, **coords: int) -> Any:
@@ -64,4 +64,4 @@ def rank_tensor(device_mesh: Any, dims: str | tuple[str, ...] | list[str] = ()) 
     with fake_only():
         out = torch.empty((), dtype=torch.int64)
     spec = "py:regency._tensor._fetch:_rank_value"
-    return issue_python(device_mesh, spec, spec, (RankRef(names),), {}, out)  # type: ignore[no-any-return]
+    return issue_python(device_mesh, spec, spec, (RankRef(names),), {}, out)  # type: ignore[no-any-return,unused-ignore]

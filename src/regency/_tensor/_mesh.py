@@ -46,7 +46,7 @@ def device_mesh_of(procs: Any) -> DeviceMesh:
 
 def _frames() -> Frames:
     f: Any = sys._getframe(2)
-    out = []
+    out: list[tuple[Any, int]] = []
     while f is not None and len(out) < 8:
         code = f.f_code
         name = code.co_filename

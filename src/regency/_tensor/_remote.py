@@ -20,14 +20,12 @@ __all__ = ["Remote", "call_on_shard_and_fetch", "remote"]
 
 
 def _spec(fn: Callable[..., Any] | str) -> str | bytes:
+    """How workers load ``fn``: a path, or cloudpickle (by reference for importable
+    functions, by value for ``__main__`` and lambdas)."""
     if isinstance(fn, str):
         module, _, qual = fn.rpartition(".")
         return f"py:{module}:{qual}"
-    module = getattr(fn, "__module__", None)
-    qual = getattr(fn, "__qualname__", "")
-    if module and module != "__main__" and "<" not in qual:
-        return f"py:{module}:{qual}"
-    return cloudpickle.dumps(fn)  # type: ignore[no-any-return]
+    return cloudpickle.dumps(fn)  # type: ignore[no-any-return,unused-ignore]
 
 
 class Remote:
@@ -64,7 +62,7 @@ class Remote:
                     for t in tree_leaves((args, kwargs)))
         if key in self._cache:
             return self._cache[key]
-        first = {d: 0 for d in mesh.labels}
+        first = dict.fromkeys(mesh.labels, 0)
         metas = self._call(mesh, args, kwargs, True, first).result()
         with fake_only():
             out = tree_map(lambda m: torch.empty_strided(m[0], m[1], dtype=m[2])
@@ -76,9 +74,8 @@ class Remote:
     def _call(self, mesh: Any, args: tuple[Any, ...], kwargs: dict[str, Any], probe: bool,
               coords: dict[str, int]) -> Future[Any]:
         fid = mesh.function_id(self._fn, self._spec)
-        to_ref = (lambda t: Ref(t._ref) if isinstance(t, Tensor) else t)
         return mesh.call_value(fid, tree_map(to_ref, args), tree_map(to_ref, kwargs), probe,
-                               coords)  # type: ignore[no-any-return]
+                               coords)  # type: ignore[no-any-return,unused-ignore]
 
     def call_one(self, *args: Any, **kwargs: Any) -> Future[Any]:
         """Run on the active mesh, which must have one rank; a Future of the value."""
@@ -89,7 +86,12 @@ class Remote:
         if n != 1:
             raise ValueError(f"call_one needs a mesh of one rank; the active mesh is {mesh!r}"
                              "; use call_on_shard_and_fetch(fn, ..., shard={...})")
-        return self._call(mesh, args, kwargs, False, {d: 0 for d in mesh.labels})
+        return self._call(mesh, args, kwargs, False, dict.fromkeys(mesh.labels, 0))
+
+
+def to_ref(t: Any) -> Any:
+    """A remote tensor as the Ref a message carries; anything else as it is."""
+    return Ref(t._ref) if isinstance(t, Tensor) else t
 
 
 def remote(fn: Callable[..., Any] | str | None = None, *,
@@ -110,7 +112,7 @@ def call_on_shard_and_fetch(fn: Remote, *args: Any, shard: dict[str, int] | None
     """Run ``fn`` on one rank of the active mesh (the first when ``shard`` is None) and
     fetch its value."""
     mesh = _active.get_active_mesh()
-    coords = {d: 0 for d in mesh.labels}
+    coords = dict.fromkeys(mesh.labels, 0)
     if shard:
         coords.update(shard)
         mesh.rank_of(coords)

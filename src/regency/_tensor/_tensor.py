@@ -31,10 +31,10 @@ class Tensor(torch.Tensor):
     _fake: Any
     _dropped: str | None
 
-    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
+    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment,unused-ignore]
 
     @classmethod
-    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (),
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (),  # type: ignore[override,unused-ignore]
                            kwargs: Any = None) -> Any:
         raise TypeError(f"{func}: NO_MESH: {RULES['NO_MESH']}")
 
@@ -78,7 +78,7 @@ class Tensor(torch.Tensor):
             except Exception:  # interpreter shutdown: the workers go with their procs
                 pass
 
-    def __repr__(self, *args: Any, **kwargs: Any) -> str:
+    def __repr__(self, *args: Any, **kwargs: Any) -> str:  # type: ignore[override,unused-ignore]
         shape = tuple(self._meta[0])
         return (f"regency.Tensor(shape={shape}, dtype={self._meta[3]}, mesh={self._mesh!r}, "
                 f"stream={self._stream.name!r}{', dropped' if self._dropped else ''})")
@@ -125,13 +125,13 @@ for _name in ("add", "sub", "mul", "div"):
     _inplace = getattr(torch.Tensor, f"{_name}_")
     setattr(Tensor, f"__i{'truediv' if _name == 'div' else _name}__",
             _binary(f"__i{_name}__", _inplace, False))
-Tensor.__hash__ = torch.Tensor.__hash__  # type: ignore[method-assign,assignment]
+Tensor.__hash__ = torch.Tensor.__hash__  # type: ignore[method-assign,assignment,unused-ignore]
 
 
 def make(mesh: Any, stream: Stream, ref: int, meta: Meta, fake: Any) -> Tensor:
     """A new remote tensor (``fake`` may be None: made from ``meta`` when needed)."""
     shape, stride, offset, dtype, device = meta
-    t: Tensor = torch.Tensor._make_wrapper_subclass(  # type: ignore[attr-defined]
+    t: Tensor = torch.Tensor._make_wrapper_subclass(  # type: ignore[attr-defined,unused-ignore]
         Tensor, shape, strides=stride, storage_offset=offset, dtype=dtype, device=device,
         requires_grad=False)
     t._ref = ref

@@ -37,16 +37,16 @@ class _Poisoned(Exception):
 def resolve_function(spec: str | bytes) -> Callable[..., Any]:
     """The function a DEFINE names: ``"op:ns.name.overload"``, ``"py:mod:qual"``, or pickle."""
     if isinstance(spec, bytes):
-        return cloudpickle.loads(spec)  # type: ignore[no-any-return]
+        return cloudpickle.loads(spec)  # type: ignore[no-any-return,unused-ignore]
     kind, _, name = spec.partition(":")
     if kind == "op":
         ns, op, overload = name.split(".")
-        return getattr(getattr(getattr(torch.ops, ns), op), overload)  # type: ignore[no-any-return]
+        return getattr(getattr(getattr(torch.ops, ns), op), overload)  # type: ignore[no-any-return,unused-ignore]
     module, _, qual = name.partition(":")
     obj: Any = importlib.import_module(module)
     for part in qual.split("."):
         obj = getattr(obj, part)
-    return obj  # type: ignore[no-any-return]
+    return obj  # type: ignore[no-any-return,unused-ignore]
 
 
 class _Missing:
@@ -248,11 +248,11 @@ class TensorWorker(Actor):
 def _product(sizes: list[int]) -> list[tuple[int, ...]]:
     out: list[tuple[int, ...]] = [()]
     for s in sizes:
-        out = [p + (i,) for p in out for i in range(s)]
+        out = [(*p, i) for p in out for i in range(s)]
     return out
 
 
-class TensorMeta(tuple):  # type: ignore[type-arg]
+class TensorMeta(tuple):  # type: ignore[type-arg,unused-ignore]
     """(shape, stride, dtype) of a tensor a probed function returned."""
 
 
