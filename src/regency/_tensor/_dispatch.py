@@ -259,6 +259,16 @@ class _Mode(TorchDispatchMode):
         return run_op(mesh, func, args, kwargs or {})
 
 
+def _route(self: _Mode, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+    mesh = _active.current()
+    if mesh is None or func.namespace in _LOCAL_NAMESPACES:
+        return func(*args, **(kwargs or {}))
+    return run_op(mesh, func, args, kwargs or {})
+
+
+# TorchDispatchMode wraps a subclass's __torch_dispatch__ to keep dynamo out, a cost per
+# op; nothing here is ever compiled, so the plain function goes in after class creation.
+_Mode.__torch_dispatch__ = _route  # type: ignore[method-assign,assignment,unused-ignore]
 _mode = _Mode()
 
 

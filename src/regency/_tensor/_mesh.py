@@ -47,7 +47,7 @@ def device_mesh_of(procs: Any) -> DeviceMesh:
 def _frames() -> Frames:
     f: Any = sys._getframe(2)
     out: list[tuple[Any, int]] = []
-    while f is not None and len(out) < 8:
+    while f is not None and len(out) < 4:
         code = f.f_code
         name = code.co_filename
         if not (_SKIP[0] in name or _SKIP[1] in name):
