@@ -247,3 +247,32 @@ def test_proc_death_fails_the_fetch_instead_of_hanging(monkeypatch) -> None:
             fetch(y, gpus=1)
     finally:
         doomed.stop().get(timeout=T)
+
+
+def test_streams_keep_their_tensors(procs) -> None:
+    from regency import Stream, get_active_stream
+
+    side = Stream("side")
+    with procs.activate():
+        x = torch.ones(2)
+        with side.activate():
+            assert get_active_stream() is side
+            y = torch.zeros(2)
+            with pytest.raises(TypeError, match="argument 'self' \\(args\\[0\\]\\): WRONG_STREAM"):
+                x + 1
+            y.add_(3)
+        assert y.stream is side and x.stream.name == "main"
+    assert fetch(y).tolist() == [3.0, 3.0]
+
+
+def test_coalescing_sends_the_block_at_its_end(procs) -> None:
+    from regency import coalescing
+
+    with procs.activate():
+        with coalescing():
+            x = torch.zeros(1)
+            for _ in range(600):  # more than a batch: still held until the block ends
+                x = x + 1
+            with pytest.raises(RuntimeError, match="inside coalescing"):
+                fetch_shard(x)
+    assert fetch(x, hosts=1, gpus=1).item() == 600.0
