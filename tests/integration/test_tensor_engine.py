@@ -28,6 +28,9 @@ T = 60
 @pytest.fixture(scope="module")
 def procs():
     procs = this_host().spawn_procs(per_host={"hosts": 2, "gpus": 2}, name="te")
+    with procs.activate():
+        warm = torch.zeros(1)
+    fetch_shard(warm).get(timeout=T)
     yield procs
     procs.stop().get(timeout=T)
 
@@ -268,11 +271,10 @@ def test_streams_keep_their_tensors(procs) -> None:
 def test_coalescing_sends_the_block_at_its_end(procs) -> None:
     from regency import coalescing
 
-    with procs.activate():
-        with coalescing():
-            x = torch.zeros(1)
-            for _ in range(600):  # more than a batch: still held until the block ends
-                x = x + 1
-            with pytest.raises(RuntimeError, match="inside coalescing"):
-                fetch_shard(x)
+    with procs.activate(), coalescing():
+        x = torch.zeros(1)
+        for _ in range(600):  # more than a batch: still held until the block ends
+            x = x + 1
+        with pytest.raises(RuntimeError, match="inside coalescing"):
+            fetch_shard(x)
     assert fetch(x, hosts=1, gpus=1).item() == 600.0

@@ -94,10 +94,10 @@ class _Args:
         self.mesh = mesh
         self.stream = stream
         self.key: list[Any] = []
-        self.problems: list[tuple[str, str]] = []
+        self.problems: list[tuple[tuple[Any, ...], str]] = []  # (path, rule): named lazily
         self.tensors: list[Tensor] = []
 
-    def convert(self, x: Any, where: str, local_ok: bool = False) -> Any:
+    def convert(self, x: Any, where: tuple[Any, ...], local_ok: bool = False) -> Any:
         if isinstance(x, Tensor):
             if x._dropped is not None:
                 self.problems.append((where, "DROPPED"))
@@ -111,7 +111,7 @@ class _Args:
         t = type(x)
         if t is tuple or t is list:
             self.key.append(t)
-            out = [self.convert(v, f"{where}[{i}]", local_ok) for i, v in enumerate(x)]
+            out = [self.convert(v, (*where, i), local_ok) for i, v in enumerate(x)]
             self.key.append(len(out))
             return out if t is list else tuple(out)
         if isinstance(x, torch.Tensor):
@@ -134,8 +134,18 @@ def _fakes(x: Any) -> Any:
     return x
 
 
-def _names(info: _OpInfo, i: int) -> str:
-    return f"argument '{info.names[i]}' (args[{i}])" if i < len(info.names) else f"args[{i}]"
+def _label(names: list[str], path: tuple[Any, ...]) -> str:
+    """How an error names an argument: ``argument 'other' (args[1])``, ``argument 'out'``."""
+    top, rest = path[0], "".join(f"[{i}]" for i in path[1:])
+    if isinstance(top, str):
+        return f"argument '{top}'{rest}"
+    if top < len(names):
+        return f"argument '{names[top]}' (args[{top}]){rest}"
+    return f"args[{top}]{rest}"
+
+
+def _refuse(where: str, names: list[str], walk: _Args) -> TypeError:
+    return bad_arguments(where, [(_label(names, p), code) for p, code in walk.problems])
 
 
 def run_op(mesh: Any, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -146,10 +156,10 @@ def run_op(mesh: Any, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     stream = _active.get_active_stream()
     walk = _Args(mesh, stream)
     lift = func in _LIFT
-    margs = tuple([walk.convert(a, _names(info, i), lift) for i, a in enumerate(args)])
-    mkwargs = {k: walk.convert(v, f"argument '{k}'") for k, v in kwargs.items()}
+    margs = tuple([walk.convert(a, (i,), lift) for i, a in enumerate(args)])
+    mkwargs = {k: walk.convert(v, (k,)) for k, v in kwargs.items()}
     if walk.problems:
-        raise bad_arguments(str(func), walk.problems)
+        raise _refuse(str(func), info.names, walk)
     key = None
     if info.cacheable:
         try:
@@ -227,10 +237,10 @@ def issue_python(mesh: Any, key: Any, spec: str | bytes, args: tuple[Any, ...],
     (fake) tensors describing the outputs; returns the same tree of remote tensors."""
     stream = _active.get_active_stream()
     walk = _Args(mesh, stream)
-    margs = tuple([walk.convert(a, f"args[{i}]") for i, a in enumerate(args)])
-    mkwargs = {k: walk.convert(v, f"argument '{k}'") for k, v in kwargs.items()}
+    margs = tuple([walk.convert(a, (i,)) for i, a in enumerate(args)])
+    mkwargs = {k: walk.convert(v, (k,)) for k, v in kwargs.items()}
     if walk.problems:
-        raise bad_arguments(str(key), walk.problems)
+        raise _refuse(getattr(key, "__name__", str(key)), [], walk)
     leaves, tspec = tree_flatten(out)
     results: list[int | None] = []
     values: list[Any] = []

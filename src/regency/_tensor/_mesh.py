@@ -21,6 +21,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from .._api._future import Future
 from .._runtime._completion import Completion
+from ..errors import SupervisionError
 from . import _active
 from ._errors import Frames, RemoteException, format_frames
 from ._messages import DEFINE, DELETE, OP, WorkerError
@@ -115,8 +116,14 @@ class DeviceMesh:
         if self._deletes:
             dels, self._deletes = self._deletes, []
             buf.append((DELETE, dels))
-        if buf:
+        if not buf:
+            return
+        try:
             self.workers.run.broadcast(buf)
+        except SupervisionError:
+            if any(msg[0] != DELETE for msg in buf):
+                raise
+            # only frees of values on procs that are stopped or dead: nothing to free
 
     def ensure_comms(self) -> None:
         """Start the gloo world of this mesh's workers, once (one-way, before later ops)."""
