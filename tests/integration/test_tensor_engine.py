@@ -278,3 +278,13 @@ def test_coalescing_sends_the_block_at_its_end(procs) -> None:
         with pytest.raises(RuntimeError, match="inside coalescing"):
             fetch_shard(x)
     assert fetch(x, hosts=1, gpus=1).item() == 600.0
+
+
+def test_scalar_types_promote_as_torch_does(procs) -> None:
+    with procs.activate():
+        i = torch.ones(2, dtype=torch.int64)
+        a = i + 1  # cached for (int64 tensor, int)
+        b = i + 1.0  # must not reuse it: float
+        c = i + True
+    assert (a.dtype, b.dtype, c.dtype) == (torch.int64, torch.float32, torch.int64)
+    assert fetch(b).tolist() == [2.0, 2.0]

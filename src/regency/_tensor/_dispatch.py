@@ -65,6 +65,7 @@ class _OpInfo:
 _INPUT, _NEW, _PLAIN = 0, 1, 2  # kinds of output leaf
 _infos: dict[Any, _OpInfo] = {}
 _cache: dict[Any, tuple[Any, list[Any]]] = {}
+CACHE_SIZE = 4096
 
 
 def meta_of(t: torch.Tensor) -> Meta:
@@ -119,6 +120,7 @@ class _Args:
                 self.problems.append((where, "LOCAL_TENSOR"))
             self.key.append(None)
             return x
+        self.key.append(t)  # 1, 1.0 and True hash alike but promote differently
         self.key.append(x)
         return x
 
@@ -186,6 +188,8 @@ def run_op(mesh: Any, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) 
         else:
             outs.append((_PLAIN, leaf, None))
     if key is not None and all(k != _INPUT for k, _, _ in outs):
+        if len(_cache) >= CACHE_SIZE:  # e.g. a loop over many distinct scalars
+            _cache.clear()
         _cache[key] = (spec, [(k, v, None) for k, v, _ in outs])
     mutates = _mutated(info, args)
     return _define(mesh, stream, info, func, margs, mkwargs, spec, outs, mutates)

@@ -49,10 +49,6 @@ def inspect(obj: Any, shard: dict[str, int] | None = None, **coords: int) -> Any
     return fetch_shard(obj, shard, **coords).result()
 
 
-def _rank_value(rank: int) -> torch.Tensor:
-    return torch.tensor(rank, dtype=torch.int64)
-
-
 def rank_tensor(device_mesh: Any, dims: str | tuple[str, ...] | list[str] = ()) -> Tensor:
     """A 0-d int64 remote tensor holding each rank's coordinate along ``dims`` (their
     row-major combined rank for several dims; all dims when empty)."""
@@ -63,5 +59,5 @@ def rank_tensor(device_mesh: Any, dims: str | tuple[str, ...] | list[str] = ()) 
                          f"{device_mesh.labels}")
     with fake_only():
         out = torch.empty((), dtype=torch.int64)
-    spec = "py:regency._tensor._fetch:_rank_value"
+    spec = "py:regency._tensor._worker:rank_value"
     return issue_python(device_mesh, spec, spec, (RankRef(names),), {}, out)  # type: ignore[no-any-return,unused-ignore]

@@ -245,6 +245,11 @@ class TensorWorker(Actor):
         return r
 
 
+def rank_value(rank: int) -> torch.Tensor:
+    """The value of ``rank_tensor``: this worker's rank, resolved from a ``RankRef``."""
+    return torch.tensor(rank, dtype=torch.int64)
+
+
 def _product(sizes: list[int]) -> list[tuple[int, ...]]:
     out: list[tuple[int, ...]] = [()]
     for s in sizes:
