@@ -288,3 +288,19 @@ def test_scalar_types_promote_as_torch_does(procs) -> None:
         c = i + True
     assert (a.dtype, b.dtype, c.dtype) == (torch.int64, torch.float32, torch.int64)
     assert fetch(b).tolist() == [2.0, 2.0]
+
+
+def _plus_rank(t: torch.Tensor, r: torch.Tensor) -> float:
+    return float((t + r).sum())
+
+
+def test_remote_call_gives_a_value_mesh(procs) -> None:
+    f = remote(_plus_rank, propagate="inspect")
+    with procs.activate():
+        x = torch.ones(2)
+        values = f.call(x, procs.rank_tensor(("hosts", "gpus")))
+        with pytest.raises(TypeError, match="propagate='inspect'"):
+            f(x, x)
+    mesh = values.get(timeout=T)
+    assert [v for _, v in mesh.items()] == [2.0, 4.0, 6.0, 8.0]
+    assert mesh.item(hosts=1, gpus=0) == 6.0

@@ -20,6 +20,7 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
 from .._api._future import Future
+from .._api._value_mesh import ValueMesh
 from .._runtime._completion import Completion
 from ..errors import SupervisionError
 from . import _active
@@ -173,6 +174,32 @@ class DeviceMesh:
         done = Completion(f"remote function value at {coords}")
         call._completion.add_done_callback(lambda c: self._decode(c, done))
         return Future._from(done)
+
+    def call_values(self, fid: int, args: Any, kwargs: Any) -> Future[Any]:
+        """A Future of the ValueMesh of a function's value on every rank."""
+        self.flush()
+        call = self.workers.call_value.call(fid, args, kwargs, False)
+        done = Completion("remote function values")
+        call._completion.add_done_callback(lambda c: self._decode_mesh(c, done))
+        return Future._from(done)
+
+    def _decode_mesh(self, src: Completion, dst: Completion) -> None:
+        exc = src.exception()
+        if exc is not None:
+            dst.set_exception(exc)
+            return
+        replies = src.outcome()
+        values = []
+        try:
+            with _disable_current_modes():
+                for status, value in replies.values():
+                    if status == "error":
+                        dst.set_exception(self.remote_exception(value))
+                        return
+                    values.append(pickle.load(io.BytesIO(value)))
+            dst.set_result(ValueMesh(replies._shape, values))
+        except BaseException as e:
+            dst.set_exception(e)
 
     def _decode(self, src: Completion, dst: Completion) -> None:
         exc = src.exception()

@@ -77,6 +77,22 @@ class Remote:
         return mesh.call_value(fid, tree_map(to_ref, args), tree_map(to_ref, kwargs), probe,
                                coords)  # type: ignore[no-any-return,unused-ignore]
 
+    def call(self, *args: Any, **kwargs: Any) -> Future[Any]:
+        """Run on every rank of the active mesh; a Future of the ValueMesh of the values
+        (read it after leaving ``activate()``, or under ``no_mesh``, to use its tensors)."""
+        mesh = _active.get_active_mesh()
+        fid = mesh.function_id(self._fn, self._spec)
+        return mesh.call_values(fid, tree_map(to_ref, args),  # type: ignore[no-any-return,unused-ignore]
+                                tree_map(to_ref, kwargs))
+
+    def broadcast(self, *args: Any, **kwargs: Any) -> None:
+        """Run on every rank of the active mesh for its effects; nothing comes back."""
+        mesh = _active.get_active_mesh()
+        fid = mesh.function_id(self._fn, self._spec)
+        mesh.flush()
+        mesh.workers.call_value.broadcast(fid, tree_map(to_ref, args), tree_map(to_ref, kwargs),
+                                          False)
+
     def call_one(self, *args: Any, **kwargs: Any) -> Future[Any]:
         """Run on the active mesh, which must have one rank; a Future of the value."""
         mesh = _active.get_active_mesh()
