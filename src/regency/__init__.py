@@ -50,6 +50,22 @@ from .config import (
 
 _logging.getLogger("regency").addHandler(_logging.NullHandler())
 
+#: The tensor engine's names (``monarch`` exports them at its top level); they import torch,
+#: so they load on first access and ``import regency`` alone never imports torch.
+_TENSOR_NAMES = frozenset({
+    "RemoteException", "Stream", "Tensor", "call_on_shard_and_fetch", "coalescing",
+    "fetch_shard", "get_active_mesh", "get_active_stream", "inspect", "no_mesh", "reduce",
+    "reduce_", "remote", "slice_mesh", "to_mesh",
+})
+
+
+def __getattr__(name: str) -> object:
+    if name in _TENSOR_NAMES:
+        import importlib
+
+        return getattr(importlib.import_module("regency._tensor.api"), name)
+    raise AttributeError(f"module 'regency' has no attribute {name!r}")
+
 __all__ = [
     "Accumulator",
     "Actor",

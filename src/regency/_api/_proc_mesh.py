@@ -7,10 +7,11 @@ One module for both: a host mesh makes proc meshes, and a proc mesh names its ho
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import os
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import cloudpickle
@@ -211,6 +212,27 @@ class ProcMesh(MeshTrait):
                  for i, g in enumerate(self._shape_.ranks())]
         return collect(runtime(), procs, timeout)
 
+    # -- the tensor engine: regency._tensor, loaded on first use (it imports torch) --------
+    def activate(self) -> Any:
+        """A context in which torch ops run on every proc of this mesh (the tensor engine;
+        needs torch). See ``docs/tensors.md``."""
+        return _tensor_api().activate(self)
+
+    def rank_tensor(self, dim: str | Sequence[str]) -> Any:
+        """A remote 0-d int64 tensor: each proc's coordinate along ``dim`` (row-major rank
+        over several dims)."""
+        api = _tensor_api()
+        return api.rank_tensor(api.device_mesh_of(self), dim)
+
+    def rank_tensors(self) -> dict[str, Any]:
+        """``rank_tensor`` of every dim, by name."""
+        return _tensor_api().rank_tensors(self)  # type: ignore[no-any-return,unused-ignore]
+
+    def process_group(self, dims: str | Sequence[str]) -> Any:
+        """The torch.distributed group over ``dims``, for ``remote`` functions (gloo on CPU)."""
+        api = _tensor_api()
+        return api.process_group(api.device_mesh_of(self), dims)
+
     async def logging_option(self, stream_to_client: bool = True,
                              aggregate_window_sec: float | None = None,
                              level: int = 20) -> None:
@@ -247,6 +269,11 @@ class ProcMesh(MeshTrait):
 
     def __repr__(self) -> str:
         return f"<ProcMesh {self._uid} {self._shape_.extent}>"
+
+
+def _tensor_api() -> Any:
+    """regency._tensor.api, imported on first use: the core never imports torch."""
+    return importlib.import_module("regency._tensor.api")
 
 
 def _pickled(fn: Callable[[], Any] | None) -> bytes | None:

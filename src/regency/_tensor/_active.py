@@ -1,0 +1,105 @@
+"""Which device mesh and stream are active: ``activate()`` stacks, ``no_mesh``, ``Stream``.
+
+No torch here. The dispatch mode (``_dispatch``) is entered by the first activation and left
+by the last; it reads the top of the mesh stack for every op (``None``: run locally).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+__all__ = ["Stream", "get_active_mesh", "get_active_stream", "no_mesh"]
+
+_meshes: list[Any] = []  # DeviceMesh or None (no_mesh), innermost last
+_streams: list[Stream] = []
+_depth = [0]
+#: (enter, exit) of the dispatch mode, installed by ``_dispatch`` when it is imported
+mode_hooks: list[tuple[Callable[[], None], Callable[[], None]]] = []
+
+
+def current() -> Any:
+    """The innermost active DeviceMesh, or None (nothing active, or ``no_mesh``)."""
+    return _meshes[-1] if _meshes else None
+
+
+def any_active() -> bool:
+    """Whether some activation (a mesh or ``no_mesh``) is open."""
+    return bool(_meshes)
+
+
+@contextlib.contextmanager
+def pushed(mesh: Any) -> Iterator[None]:
+    """Make ``mesh`` (or None) the active mesh for the block; enters the dispatch mode."""
+    _meshes.append(mesh)
+    if len(_meshes) == 1:
+        for enter, _ in mode_hooks:
+            enter()
+    try:
+        yield
+    finally:
+        if mesh is not None:
+            mesh.flush()
+        _meshes.pop()
+        if not _meshes:
+            for _, leave in mode_hooks:
+                leave()
+
+
+def get_active_mesh() -> Any:
+    """The active device mesh.
+
+    Raises:
+        ValueError: none is active (use ``with procs.activate():``).
+    """
+    mesh = current()
+    if mesh is None:
+        raise ValueError("no device mesh is active; use `with procs.activate():` first")
+    return mesh
+
+
+class _NoMesh:
+    """``no_mesh.activate()``: torch runs locally inside, even under an active mesh."""
+
+    def activate(self) -> contextlib.AbstractContextManager[None]:
+        """A context in which no device mesh is active."""
+        return pushed(None)
+
+    def __repr__(self) -> str:
+        return "no_mesh"
+
+
+no_mesh = _NoMesh()
+
+
+class Stream:
+    """A logical stream of ops; every remote tensor belongs to one.
+
+    Ops of one stream run in order. Workers run all streams of a mesh in one order today,
+    which keeps every stream's order (streams do not yet overlap).
+    """
+
+    def __init__(self, name: str, _default: bool = False) -> None:
+        self.name = name
+        self.default = _default
+
+    @contextlib.contextmanager
+    def activate(self) -> Iterator[None]:
+        """Ops inside the block run on this stream."""
+        _streams.append(self)
+        try:
+            yield
+        finally:
+            _streams.pop()
+
+    def __repr__(self) -> str:
+        return f"<regency.Stream {self.name!r}{' (default)' if self.default else ''}>"
+
+
+_main = Stream("main", _default=True)
+
+
+def get_active_stream() -> Stream:
+    """The stream ops run on now (``Stream("main")`` by default)."""
+    return _streams[-1] if _streams else _main

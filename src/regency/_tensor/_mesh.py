@@ -1,0 +1,247 @@
+"""``DeviceMesh``: the controller's side of one mesh's op stream (one per proc mesh slice).
+
+It owns the workers (one ``TensorWorker`` per proc), the buffer of messages not yet sent,
+the ref and seq counters, the queued deletes and the controller frames of recent ops. The
+buffer goes to every worker as one one-way ``broadcast`` when it is full and before any
+fetch; the runtime's per-sender FIFO keeps a fetch behind the ops before it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import pickle
+import socket
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import _disable_current_modes
+
+from .._api._future import Future
+from .._api._value_mesh import ValueMesh
+from .._runtime._completion import Completion
+from ..errors import SupervisionError
+from . import _active
+from ._errors import Frames, RemoteException, format_frames
+from ._messages import DEFINE, DELETE, OP, WorkerError
+from ._worker import TensorWorker
+
+__all__ = ["DeviceMesh", "device_mesh_of"]
+
+BATCH = 512
+KEEP_FRAMES = 65536
+_SKIP = ("/torch/", "/regency/_")
+_coalescing = [0]
+_meshes: dict[tuple[str, tuple[int, ...]], DeviceMesh] = {}
+
+
+def device_mesh_of(procs: Any) -> DeviceMesh:
+    """The device mesh of a proc mesh (its workers are spawned the first time)."""
+    key = (procs._uid, tuple(procs._shape.ranks()))
+    mesh = _meshes.get(key)
+    if mesh is None:
+        mesh = _meshes[key] = DeviceMesh(procs)
+    return mesh
+
+
+def _frames() -> Frames:
+    f: Any = sys._getframe(2)
+    out: list[tuple[Any, int]] = []
+    while f is not None and len(out) < 4:
+        code = f.f_code
+        name = code.co_filename
+        if not (_SKIP[0] in name or _SKIP[1] in name):
+            out.append((code, f.f_lineno))
+        f = f.f_back
+    return tuple(out)
+
+
+class DeviceMesh:
+    """The tensor engine of one proc mesh: issue ops, fetch values."""
+
+    def __init__(self, procs: Any) -> None:
+        self.procs = procs
+        self.labels: tuple[str, ...] = tuple(procs._shape.labels)
+        self.sizes: dict[str, int] = dict(procs.sizes)
+        self.workers = procs.spawn("tensor_engine", TensorWorker)
+        self._buffer: list[tuple[Any, ...]] = []
+        self._deletes: list[int] = []
+        self._fn_ids: dict[Any, int] = {}
+        self._frames: dict[int, Frames] = {}
+        self._next_ref = 0
+        self._seq = 0
+        self._comms = False
+
+    # -- activation ------------------------------------------------------------------------
+    def activate(self) -> contextlib.AbstractContextManager[None]:
+        """Torch ops inside the block run on every rank of this mesh."""
+        return _active.pushed(self)
+
+    # -- issuing ---------------------------------------------------------------------------
+    def new_ref(self) -> int:
+        """A fresh id for a value."""
+        self._next_ref += 1
+        return self._next_ref
+
+    def function_id(self, key: Any, spec: str | bytes) -> int:
+        """The id workers know the function ``key`` by (named once, in the stream)."""
+        fid = self._fn_ids.get(key)
+        if fid is None:
+            fid = self._fn_ids[key] = len(self._fn_ids)
+            self._buffer.append((DEFINE, fid, spec))
+        return fid
+
+    def issue(self, fid: int, args: Any, kwargs: Any, results: list[int | None],
+              mutates: list[int]) -> int:
+        """Append one op to the stream; its seq."""
+        seq = self._seq = self._seq + 1
+        frames = self._frames
+        frames[seq] = _frames()
+        if len(frames) > KEEP_FRAMES:
+            del frames[next(iter(frames))]
+        buf = self._buffer
+        buf.append((OP, seq, fid, args, kwargs, results, mutates))
+        if len(buf) >= BATCH and not _coalescing[0]:
+            self.flush()
+        return seq
+
+    def delete(self, ref: int) -> None:
+        """Queue the deletion of ``ref`` (sent with the next batch)."""
+        self._deletes.append(ref)
+
+    def flush(self) -> None:
+        """Send what is buffered to every worker, one-way."""
+        buf, self._buffer = self._buffer, []
+        if self._deletes:
+            dels, self._deletes = self._deletes, []
+            buf.append((DELETE, dels))
+        if not buf:
+            return
+        try:
+            self.workers.run.broadcast(buf)
+        except SupervisionError:
+            if any(msg[0] != DELETE for msg in buf):
+                raise
+            # only frees of values on procs that are stopped or dead: nothing to free
+
+    def ensure_comms(self) -> None:
+        """Start the gloo world of this mesh's workers, once (one-way, before later ops)."""
+        if self._comms:
+            return
+        self.flush()
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        self.workers.init_comms.broadcast("127.0.0.1", port)
+        self._comms = True
+
+    # -- fetching --------------------------------------------------------------------------
+    def rank_of(self, coords: dict[str, int]) -> int:
+        """The rank (in this mesh) at ``coords``; every dim must be given."""
+        missing = [d for d in self.labels if d not in coords]
+        extra = [d for d in coords if d not in self.sizes]
+        if missing or extra:
+            raise ValueError(f"fetch_shard needs a coordinate for every mesh dim {self.labels}"
+                             f"; missing {missing}, unknown {extra}")
+        r = 0
+        for d in self.labels:
+            c = coords[d]
+            if not 0 <= c < self.sizes[d]:
+                raise ValueError(f"coordinate {d}={c} is out of range 0..{self.sizes[d] - 1}")
+            r = r * self.sizes[d] + c
+        return r
+
+    def fetch(self, tree: Any, coords: dict[str, int]) -> Future[Any]:
+        """A Future of the value of ``tree`` (refs inside) on the rank at ``coords``."""
+        if _coalescing[0]:
+            raise RuntimeError("cannot fetch inside coalescing(): the block's messages are "
+                               "sent at its end; fetch after it")
+        self.flush()
+        member = self.workers.slice(**coords) if coords else self.workers
+        call = member.fetch.call_one(tree)
+        done = Completion(f"fetch_shard at {coords}")
+        call._completion.add_done_callback(lambda c: self._decode(c, done))
+        return Future._from(done)
+
+    def call_value(self, fid: int, args: Any, kwargs: Any, probe: bool,
+                   coords: dict[str, int]) -> Future[Any]:
+        """A Future of a function's value on the rank at ``coords`` (see the worker's)."""
+        self.flush()
+        member = self.workers.slice(**coords) if coords else self.workers
+        call = member.call_value.call_one(fid, args, kwargs, probe)
+        done = Completion(f"remote function value at {coords}")
+        call._completion.add_done_callback(lambda c: self._decode(c, done))
+        return Future._from(done)
+
+    def call_values(self, fid: int, args: Any, kwargs: Any) -> Future[Any]:
+        """A Future of the ValueMesh of a function's value on every rank."""
+        self.flush()
+        call = self.workers.call_value.call(fid, args, kwargs, False)
+        done = Completion("remote function values")
+        call._completion.add_done_callback(lambda c: self._decode_mesh(c, done))
+        return Future._from(done)
+
+    def _decode_mesh(self, src: Completion, dst: Completion) -> None:
+        exc = src.exception()
+        if exc is not None:
+            dst.set_exception(exc)
+            return
+        replies = src.outcome()
+        values = []
+        try:
+            with _disable_current_modes():
+                for status, value in replies.values():
+                    if status == "error":
+                        dst.set_exception(self.remote_exception(value))
+                        return
+                    values.append(pickle.load(io.BytesIO(value)))
+            dst.set_result(ValueMesh(replies._shape, values))
+        except BaseException as e:
+            dst.set_exception(e)
+
+    def _decode(self, src: Completion, dst: Completion) -> None:
+        exc = src.exception()
+        if exc is not None:
+            dst.set_exception(exc)
+            return
+        status, value = src.outcome()
+        if status == "error":
+            dst.set_exception(self.remote_exception(value))
+            return
+        try:
+            with _disable_current_modes():
+                dst.set_result(pickle.load(io.BytesIO(value)))
+        except BaseException as e:
+            dst.set_exception(e)
+
+    def remote_exception(self, err: WorkerError) -> RemoteException:
+        """The controller's view of a worker's error."""
+        return RemoteException(err.seq, err.rank, err.fn, err.message,
+                               format_frames(self._frames.get(err.seq)))
+
+    def table_sizes(self) -> list[int]:
+        """How many values each worker holds (after the ops sent so far)."""
+        self.flush()
+        return list(self.workers.table_size.call().get().values())
+
+    def __repr__(self) -> str:
+        dims = ", ".join(f"{d}={s}" for d, s in self.sizes.items())
+        return f"<DeviceMesh {dims}>"
+
+
+@contextlib.contextmanager
+def coalescing() -> Iterator[None]:
+    """Send the messages of the block together at its end (no fetch inside)."""
+    _coalescing[0] += 1
+    try:
+        yield
+    finally:
+        _coalescing[0] -= 1
+        if not _coalescing[0]:
+            for mesh in list(_meshes.values()):
+                mesh.flush()
+
+
+_ = torch  # torch must be importable here: the workers import it

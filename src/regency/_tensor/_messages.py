@@ -1,0 +1,78 @@
+"""What the controller sends to the tensor workers, and the error a worker keeps (no torch).
+
+A batch is a list of tuples, each starting with its kind:
+
+* ``(OP, seq, fn_id, args, kwargs, results, mutates)``: run function ``fn_id`` on ``args``
+  (``Ref`` leaves replaced by local values); store the tensor leaves of the result under
+  ``results`` (``None`` for a leaf to drop); ``mutates`` are refs the function writes.
+* ``(DEFINE, fn_id, name_or_pickle)``: name a function once (``"aten.add.Tensor"``,
+  ``"module:qualname"``, or cloudpickled bytes).
+* ``(DELETE, refs)``: forget these refs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["DEFINE", "DELETE", "OP", "GroupRef", "RankRef", "Ref", "WorkerError"]
+
+OP = 0
+DEFINE = 1
+DELETE = 2
+
+
+class Ref:
+    """A remote value by id, in the arguments of a message."""
+
+    __slots__ = ("id",)
+
+    def __init__(self, id: int) -> None:
+        self.id = id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Ref, (self.id,))
+
+    def __repr__(self) -> str:
+        return f"Ref({self.id})"
+
+
+class GroupRef:
+    """The worker's torch.distributed process group over mesh dims ``dims``."""
+
+    __slots__ = ("dims",)
+
+    def __init__(self, dims: tuple[str, ...]) -> None:
+        self.dims = dims
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (GroupRef, (self.dims,))
+
+    def __repr__(self) -> str:
+        return f"GroupRef({self.dims})"
+
+
+class RankRef:
+    """The worker's linear rank over mesh dims ``dims`` (row-major, as ``Point`` orders)."""
+
+    __slots__ = ("dims",)
+
+    def __init__(self, dims: tuple[str, ...]) -> None:
+        self.dims = dims
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (RankRef, (self.dims,))
+
+
+class WorkerError:
+    """Stored under the results of an op that failed (and of every op that used them)."""
+
+    __slots__ = ("fn", "message", "rank", "seq")
+
+    def __init__(self, seq: int, rank: int, fn: str, message: str) -> None:
+        self.seq = seq
+        self.rank = rank
+        self.fn = fn
+        self.message = message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (WorkerError, (self.seq, self.rank, self.fn, self.message))

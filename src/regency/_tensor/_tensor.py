@@ -1,0 +1,143 @@
+"""``Tensor``: a remote tensor, one local tensor per rank of its mesh; no data here.
+
+It is a torch wrapper subclass carrying a ref (the id of its value in every worker's table),
+its device mesh, its stream and its metadata; the FakeTensor that shape propagation needs is
+made on first use. Dropping it (``drop()`` or garbage collection) queues a batched delete.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+import torch
+
+from ._active import Stream
+from ._errors import RULES
+
+__all__ = ["Meta", "Tensor", "make"]
+
+#: (shape, stride, storage_offset, dtype, device): what a value looks like
+Meta = tuple[tuple[int, ...], tuple[int, ...], int, torch.dtype, torch.device]
+
+
+class Tensor(torch.Tensor):
+    """A tensor that lives on a device mesh: a collection of one local tensor per rank."""
+
+    _ref: int
+    _mesh: Any
+    _stream: Stream
+    _meta: Meta
+    _fake: Any
+    _dropped: str | None
+
+    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment,unused-ignore]
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (),  # type: ignore[override,unused-ignore]
+                           kwargs: Any = None) -> Any:
+        raise TypeError(f"{func}: NO_MESH: {RULES['NO_MESH']}")
+
+    def drop(self) -> None:
+        """Free this value on every rank now; using the tensor afterwards is a TypeError."""
+        if self._dropped is None:
+            self._dropped = "".join(traceback.format_stack(limit=8)[:-1])
+            self._mesh.delete(self._ref)
+
+    @property
+    def dropped(self) -> bool:
+        """Whether ``drop()`` was called."""
+        return self._dropped is not None
+
+    @property
+    def mesh(self) -> Any:
+        """The device mesh it lives on."""
+        return self._mesh
+
+    @property
+    def stream(self) -> Stream:
+        """The stream it belongs to."""
+        return self._stream
+
+    def reduce(self, dims: str | tuple[str, ...] = (), reduction: str = "sum",
+               scatter: bool = False, mesh: Any = None, out: Any = None) -> Tensor:
+        """Reduce over mesh dims; see :func:`regency.reduce`."""
+        from ._collectives import reduce_tensor
+        return reduce_tensor(self, dims, reduction, scatter, mesh, out, inplace=False)
+
+    def reduce_(self, dims: str | tuple[str, ...] = (), reduction: str = "sum",
+                scatter: bool = False, mesh: Any = None) -> Tensor:
+        """Reduce over mesh dims in place; see :func:`regency.reduce_`."""
+        from ._collectives import reduce_tensor
+        return reduce_tensor(self, dims, reduction, scatter, mesh, None, inplace=True)
+
+    def __del__(self) -> None:
+        if getattr(self, "_dropped", "x") is None:
+            try:
+                self._mesh.delete(self._ref)
+            except Exception:  # interpreter shutdown: the workers go with their procs
+                pass
+
+    def __repr__(self, *args: Any, **kwargs: Any) -> str:  # type: ignore[override,unused-ignore]
+        shape = tuple(self._meta[0])
+        return (f"regency.Tensor(shape={shape}, dtype={self._meta[3]}, mesh={self._mesh!r}, "
+                f"stream={self._stream.name!r}{', dropped' if self._dropped else ''})")
+
+    __str__ = __repr__
+
+
+def _binary(name: str, fn: Any, reflected: bool) -> Any:
+    """An operator whose argument errors reach the caller: torch's own operators turn a
+    ``TypeError`` into ``NotImplemented``, which would hide which argument broke which rule."""
+    base = getattr(torch.Tensor, name)
+
+    def method(self: Tensor, other: Any) -> Any:
+        if not reflected:
+            return fn(self, other)
+        if isinstance(other, torch.Tensor):
+            return fn(other, self)
+        scalar = _REFLECTED_SCALAR.get(name)
+        return scalar(self, other) if scalar is not None else base(self, other)
+
+    method.__name__ = name
+    return method
+
+
+_REFLECTED_SCALAR: dict[str, Any] = {
+    "__radd__": torch.add, "__rmul__": torch.mul, "__rand__": torch.bitwise_and,
+    "__ror__": torch.bitwise_or, "__rxor__": torch.bitwise_xor, "__rsub__": torch.rsub,
+    "__rtruediv__": lambda t, o: torch.reciprocal(t) * o,
+    "__rpow__": lambda t, o: torch.pow(o, t),
+}
+_OPERATORS = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "truediv": torch.div,
+    "floordiv": torch.floor_divide, "mod": torch.remainder, "pow": torch.pow,
+    "matmul": torch.matmul, "and": torch.bitwise_and, "or": torch.bitwise_or,
+    "xor": torch.bitwise_xor,
+}
+for _name, _fn in _OPERATORS.items():
+    setattr(Tensor, f"__{_name}__", _binary(f"__{_name}__", _fn, False))
+    setattr(Tensor, f"__r{_name}__", _binary(f"__r{_name}__", _fn, True))
+for _name, _fn in {"eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le,
+                   "gt": torch.gt, "ge": torch.ge}.items():
+    setattr(Tensor, f"__{_name}__", _binary(f"__{_name}__", _fn, False))
+for _name in ("add", "sub", "mul", "div"):
+    _inplace = getattr(torch.Tensor, f"{_name}_")
+    setattr(Tensor, f"__i{'truediv' if _name == 'div' else _name}__",
+            _binary(f"__i{_name}__", _inplace, False))
+Tensor.__hash__ = torch.Tensor.__hash__  # type: ignore[method-assign,assignment,unused-ignore]
+
+
+def make(mesh: Any, stream: Stream, ref: int, meta: Meta, fake: Any) -> Tensor:
+    """A new remote tensor (``fake`` may be None: made from ``meta`` when needed)."""
+    shape, stride, offset, dtype, device = meta
+    t: Tensor = torch.Tensor._make_wrapper_subclass(  # type: ignore[attr-defined,unused-ignore]
+        Tensor, shape, strides=stride, storage_offset=offset, dtype=dtype, device=device,
+        requires_grad=False)
+    t._ref = ref
+    t._mesh = mesh
+    t._stream = stream
+    t._meta = meta
+    t._fake = fake
+    t._dropped = None
+    return t

@@ -1,0 +1,43 @@
+"""The tensor engine's public names (imports torch); reached as ``regency.<name>``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _dispatch as _dispatch  # installs the dispatch mode hooks
+from ._active import Stream, get_active_mesh, get_active_stream, no_mesh
+from ._collectives import process_group, reduce, reduce_
+from ._errors import RemoteException
+from ._fetch import fetch_shard, inspect, rank_tensor
+from ._mesh import DeviceMesh, coalescing, device_mesh_of
+from ._remote import Remote, call_on_shard_and_fetch, remote
+from ._tensor import Tensor
+
+__all__ = [
+    "DeviceMesh", "Remote", "RemoteException", "Stream", "Tensor", "activate",
+    "call_on_shard_and_fetch", "coalescing", "fetch_shard", "get_active_mesh",
+    "get_active_stream", "inspect", "no_mesh", "process_group", "rank_tensor",
+    "rank_tensors", "reduce", "reduce_", "remote", "slice_mesh", "to_mesh",
+]
+
+
+def activate(procs: Any) -> Any:
+    """``procs.activate()``: torch ops inside run on every rank of ``procs``."""
+    return device_mesh_of(procs).activate()
+
+
+def rank_tensors(procs: Any) -> dict[str, Tensor]:
+    """``procs.rank_tensors()``: the rank tensor of every dim, by dim name."""
+    mesh = device_mesh_of(procs)
+    return {d: rank_tensor(mesh, d) for d in mesh.labels}
+
+
+def to_mesh(tensors: Any, mesh: Any, stream: Any = None) -> Any:
+    """Move remote tensors to another mesh (pipeline stages). Not built yet."""
+    raise NotImplementedError("to_mesh is not built yet (issue 13, item 5): fetch the value "
+                              "with fetch_shard() and create it under the other mesh")
+
+
+def slice_mesh(tensors: Any, **coords: int) -> Any:
+    """Select the part of remote tensors on a slice of their mesh. Not built yet."""
+    raise NotImplementedError("slice_mesh is not built yet (issue 13, item 5)")
