@@ -27,10 +27,10 @@ def test_instance_kill_fails_the_actor_and_tells_its_owner(procs, unhandled_fail
     try:  # the message's code finishes; its reply may lose the race with the failure
         assert victim.kill_me.call_one("enough").get(timeout=T) == "finished the message first"
     except SupervisionError as exc:
-        assert "killed itself: enough" in str(exc)
-    failures = unhandled_failures.wait_for("killed itself: enough")
+        assert "explicitly aborted due to: enough" in str(exc)
+    failures = unhandled_failures.wait_for("explicitly aborted due to: enough")
     assert "killable" in failures[0].mesh_name
-    with pytest.raises(SupervisionError, match="killed itself: enough"):
+    with pytest.raises(SupervisionError, match="explicitly aborted due to: enough"):
         victim.ping.call_one().get(timeout=T)
     assert mesh.slice(gpus=0).ping.call_one().get(timeout=T) == "pong"
 
