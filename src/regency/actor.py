@@ -54,6 +54,9 @@ from ._mesh import Extent as Extent
 from ._mesh import Point as Point
 from ._mesh import Shape as Shape
 from ._mesh import Slice as Slice
+from ._observe._telemetry import get_meter as get_meter
+from ._observe._telemetry import span as span
+from ._observe._telemetry import traced as traced
 from .errors import ActorError as ActorError
 from .errors import MeshFailure as MeshFailure
 from .errors import SupervisionError as SupervisionError
@@ -94,11 +97,14 @@ __all__ = [
     "current_size",
     "enable_transport",
     "endpoint",
+    "get_meter",
     "get_or_spawn_controller",
     "run_worker_loop_forever",
     "send",
     "shutdown_context",
+    "span",
     "this_host",
     "this_proc",
+    "traced",
     "unhandled_fault_hook",
 ]

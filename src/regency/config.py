@@ -52,6 +52,12 @@ _DEFAULTS: dict[str, Any] = {
     "handshake_timeout": 10.0,
     "handshake_max_pending": 512,
     "handshake_max_per_source": 64,
+    # observability (docs/observability.md)
+    "observe": False,
+    "observe_dir": "",
+    "observe_call_rate": 2000,
+    "dashboard": False,
+    "dashboard_addr": "127.0.0.1:0",
 }
 
 _runtime: dict[str, Any] = {}

@@ -16,6 +16,7 @@ import os
 import secrets
 import threading
 
+from .. import _observe as observe
 from .. import config
 from .._mesh import Extent, Point
 from .._runtime import _current, _output
@@ -71,6 +72,8 @@ def _start_controller() -> Runtime:
     _failfast.reset()
     _failfast.install_handler()
     _current.set_runtime(rt)
+    if observe.enabled():
+        observe.start_controller(rt)
     if not _atexit_registered:
         atexit.register(_at_exit)
         _atexit_registered = True
@@ -120,6 +123,7 @@ def _shutdown(rt: Runtime, timeout: float) -> None:
             rt.loop.call_soon_threadsafe(rt.loop.stop)
             thread.join(timeout=5.0)
     finally:
+        observe.stop(rt)  # rows still queued reach the store, which closes
         with lock():
             if _current.get() is rt:
                 _current.set_runtime(None)

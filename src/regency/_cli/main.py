@@ -1,4 +1,5 @@
-"""``regency``: the command line. Subcommands: ``version``, ``doctor``, ``worker``."""
+"""``regency``: the command line. Subcommands: ``version``, ``doctor``, ``worker``, and the
+observation commands ``query``, ``trace``, ``dashboard``, ``top``."""
 
 from __future__ import annotations
 
@@ -76,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     worker.add_argument("--advertise", default=None,
                         help="host name or IP other machines use to reach this one")
     worker.set_defaults(run=_worker)
+    from .._observe._cli import add_commands
+
+    add_commands(sub)
     args = parser.parse_args(argv)
     return int(args.run(args))
 

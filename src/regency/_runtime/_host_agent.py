@@ -348,6 +348,9 @@ class HostAgent:
             return
         text = [ln.decode("utf-8", "replace") for ln in lines]
         rec.tail.extend(text)
+        if self.rt.observer is not None:  # recording (regency._observe)
+            self.rt.observer.lines(rec.addr, rec.label,
+                                   "stderr" if stream is sys.stderr else "stdout", text)
         if not config.get("enable_log_forwarding"):
             return
         kind = "stderr" if stream is sys.stderr else "stdout"
