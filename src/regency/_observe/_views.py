@@ -59,7 +59,8 @@ def tree(db: sqlite3.Connection, log_tail: int = _LOG_TAIL) -> dict[str, Any]:
 def _last_failures(db: sqlite3.Connection) -> dict[str, str]:
     out: dict[str, str] = {}
     for proc, summary_ in db.execute(
-            "SELECT proc, summary FROM events WHERE kind='failure' ORDER BY ts_us"):
+            "SELECT coalesce(a.proc, e.proc), e.summary FROM events e LEFT JOIN actors a "
+            "ON a.actor = e.actor WHERE e.kind='failure' ORDER BY e.ts_us"):
         out[proc] = summary_
     return out
 
