@@ -34,7 +34,7 @@ def _job(path: Path) -> str:
         ("call_counts", (2_000_000, P0, "a{'r': 0}", "a", "step", 5, 1)),
         ("logs", (130, P0, "trainers {'r': 0}", "stdout", "hello")),
         ("events", (140, "failure", CTRL, "b{'r': 0}", "b", "boom", json.dumps({"x": 1}))),
-        ("actor_end", (150, "failed", "report", "b{'r': 0}")),
+        ("actor_end", ("b{'r': 0}", 150, "failed", "report")),
         ("proc_sample", (160, 12.5, 1 << 20, P0)),
         ("actor_sample", (160, 3, 5, 2.5, "a{'r': 0}")),
     ])
@@ -51,6 +51,16 @@ def test_store_keeps_state_tables_current(tmp_path: Path) -> None:
                               "ORDER BY actor")
     assert actors == [("a{'r': 0}", "running", None, 3, 5), ("b{'r': 0}", "failed", "report",
                                                              0, 0)]
+
+
+def test_an_end_written_before_the_start_stays(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "y.db"))
+    store.put([("actor_end", ("a", 5, "failed", "why"))])
+    store.put([("actor_up", ("a", "m", "a", "A", "{}", P0, 2))])
+    assert store.flushed()
+    store.close()
+    db = connect_readonly(str(tmp_path / "y.db"))
+    assert run_query(db, "SELECT state, failure, proc FROM actors")[1] == [("failed", "why", P0)]
 
 
 def test_store_ends_a_procs_running_actors(tmp_path: Path) -> None:

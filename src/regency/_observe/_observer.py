@@ -129,7 +129,7 @@ class Observer:
         actor = f"{msg.uid}{coords}"
         detail = _failure_detail(failure)
         self.rec.event("failure", actor, msg.uid, str(getattr(failure, "cause", "")), detail)
-        self.rec.add("actor_end", (now_us(), "failed", detail.get("report"), actor))
+        self.rec.add("actor_end", (actor, now_us(), "failed", detail.get("report")))
 
     def _proc_exited(self, msg: Any) -> None:
         state = "stopped" if msg.expected else "failed"
@@ -144,7 +144,7 @@ class Observer:
         for tap in list(self.rec.taps.values()):
             if tap.mesh == msg.uid:
                 self.rec.event("stop", tap.actor, msg.uid, str(msg.reason))
-                self.rec.add("actor_end", (now_us(), "stopped", None, tap.actor))
+                self.rec.add("actor_end", (tap.actor, now_us(), "stopped", None))
 
     def _proc_output(self, msg: Any) -> None:
         self.lines("", msg.label, msg.stream, msg.lines)

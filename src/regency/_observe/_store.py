@@ -37,11 +37,16 @@ _UPDATES: dict[str, str] = {
     "proc_actors_end": "UPDATE actors SET ended_us=?, state=? WHERE proc=? AND "
                        "state='running'",
     "proc_sample": "UPDATE procs SET sampled_us=?, cpu=?, rss=? WHERE proc=?",
-    "actor_up": "INSERT OR REPLACE INTO actors (actor, mesh, name, class, rank, proc, state, "
-                "started_us, handled, queue, rate) VALUES (?, ?, ?, ?, ?, ?, 'running', ?, "
-                "0, 0, 0)",
-    "actor_end": "UPDATE actors SET ended_us=?, state=?, failure=coalesce(?, failure) "
-                 "WHERE actor=?",
+    # an actor's end may be written before its start (recorded by its owner elsewhere)
+    "actor_up": "INSERT INTO actors (actor, mesh, name, class, rank, proc, state, started_us, "
+                "handled, queue, rate) VALUES (?, ?, ?, ?, ?, ?, 'running', ?, 0, 0, 0) "
+                "ON CONFLICT(actor) DO UPDATE SET mesh=excluded.mesh, name=excluded.name, "
+                "class=excluded.class, rank=excluded.rank, proc=excluded.proc, "
+                "started_us=excluded.started_us",
+    "actor_end": "INSERT INTO actors (actor, ended_us, state, failure, handled, queue, rate) "
+                 "VALUES (?, ?, ?, ?, 0, 0, 0) ON CONFLICT(actor) DO UPDATE SET "
+                 "ended_us=excluded.ended_us, state=excluded.state, "
+                 "failure=coalesce(excluded.failure, failure)",
     "actor_sample": "UPDATE actors SET sampled_us=?, queue=?, handled=?, rate=? WHERE actor=?",
     "job": "INSERT OR REPLACE INTO job (key, value) VALUES (?, ?)",
 }
