@@ -18,6 +18,7 @@ import cloudpickle
 
 from .. import config
 from .._mesh import MeshTrait, Shape
+from .._observe._progress import watch_spawn
 from .._runtime._completion import Completion
 from .._runtime._pickling import describe_unpicklable, dumps, dumps_inband
 from .._runtime._runtime import Runtime
@@ -261,6 +262,8 @@ class HostMesh(MeshTrait):
                 "host_agents": tuple(agents),
                 "bootstrap": _pickled(bootstrap), "config": config.get_runtime_config()}
         supervisor(rt).mesh_spawned(uid, _owner_uid(), "proc", name, shape, tuple(addrs))
+        if rt.role == "controller" and _owner_uid() is None:  # procs up / total on a TTY
+            watch_spawn(st, len(addrs), len(requests), name)
         for agent, procs in requests.items():
             # procs on this machine start in our current environment; a worker's procs in
             # the worker's own (its paths, its interpreter), as Monarch does
