@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from _scripts import TAG_VAR, kill_tagged, wait_no_tagged
 
 HERE = Path(__file__).parent

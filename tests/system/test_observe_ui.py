@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from test_observe import Job
 
 CHROMIUM = "/usr/bin/chromium"
@@ -160,7 +159,7 @@ def test_top_shows_the_tree_filters_and_shows_a_log(live: tuple[Job, dict[str, A
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed")
 def test_dashboard_page_in_headless_chromium(live: tuple[Job, dict[str, Any]],
                                              tmp_path: Path) -> None:
-    job, info = live
+    _job, info = live
     until("the recorded calls", lambda: len(get(info, "calls")[1]) == 80)
     url = f"{info['url']}/#token={info['token']}"
     flags = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",

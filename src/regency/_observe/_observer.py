@@ -159,7 +159,8 @@ _SYSTEM = {
 
 
 def _failure_detail(failure: Any) -> dict[str, Any]:
-    detail: dict[str, Any] = asdict(failure) if is_dataclass(failure) else {}
+    detail: dict[str, Any] = (asdict(failure) if is_dataclass(failure)
+                              and not isinstance(failure, type) else {})
     report = getattr(failure, "report", None)
     if callable(report):
         try:

@@ -86,7 +86,7 @@ class ApiServer:
         self.httpd = ThreadingHTTPServer((host or "127.0.0.1", int(port or 0)), handler)
         self.httpd.daemon_threads = True
         bound_host, bound_port = self.httpd.server_address[:2]
-        self.url = f"http://{bound_host}:{bound_port}"
+        self.url = f"http://{bound_host!s}:{bound_port}"
         self._thread = threading.Thread(target=self.httpd.serve_forever,
                                         name="regency-observe-http", daemon=True)
 
@@ -202,7 +202,7 @@ def _make_handler(api: ApiServer) -> type[BaseHTTPRequestHandler]:
             query = parse_qs(url.query)
             if url.path in _STATIC:
                 name, kind = _STATIC[url.path]
-                data = resources.files(__package__).joinpath("static", name).read_bytes()
+                data = resources.files(__package__).joinpath("static").joinpath(name).read_bytes()
                 self._send(200, data, kind)
             elif url.path == "/api/v1/health":
                 self._json(200, {"status": "ok"})

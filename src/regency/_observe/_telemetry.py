@@ -139,12 +139,11 @@ class Span:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> bool:
+                 tb: TracebackType | None) -> None:
         rec = active()
         if rec is not None:
             rec.add("spans", (self._start, time.time_ns() // 1000, rec.proc,
                               self.actor or _actor_id(), self.name, threading.get_ident()))
-        return False
 
 
 def span(name: str) -> Span:
@@ -170,14 +169,15 @@ def traced(fn: Callable[_P, _R] | None = None, *, name: str | None = None
             @functools.wraps(fn)
             async def run_async(*args: _P.args, **kwargs: _P.kwargs) -> Any:
                 with span(label):
-                    return await fn(*args, **kwargs)  # type: ignore[misc]
+                    return await fn(*args, **kwargs)
 
             return run_async  # type: ignore[return-value]
 
         @functools.wraps(fn)
         def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
             with span(label):
-                return fn(*args, **kwargs)
+                result = fn(*args, **kwargs)
+            return result
 
         return run
 
