@@ -47,6 +47,14 @@ class ApiClient:
             return {"error": "unreachable", "message": str(exc)}
 
 
+def _cause(report: str | None) -> str:
+    """The line of a failure report that says why."""
+    for line in (report or "").splitlines():
+        if line.strip().startswith("cause:"):
+            return line.split("cause:", 1)[1].strip()
+    return (report or "").split("\n")[0]
+
+
 def _mib(rss: Any) -> str:
     return f"{rss / 1048576:.0f}M" if rss else ""
 
@@ -129,7 +137,7 @@ class TopApp(App[int]):
                               str(p["queue"]), str(p["rate"]), p["last_failure"] or "")
                 self.rows.append({"proc": p})
                 for a in actors:
-                    failure = (a["failure"] or "").split("\n")[0]
+                    failure = _cause(a["failure"])
                     table.add_row(f"    {a['name']}{a['rank']} {a['class']}", a["state"], "",
                                   "", "", str(a["queue"] or 0), str(a["rate"] or 0), failure)
                     self.rows.append({"proc": p, "actor": a})

@@ -31,6 +31,12 @@ function row(cls, cells, state) {
   return tr;
 }
 
+function cause(report) {  // the one line of a failure report that says why
+  if (!report) return "";
+  const m = report.match(/cause:\s*(.*)/);
+  return m ? m[1] : report.split("\n")[0];
+}
+
 function renderTree(tree) {
   const body = document.querySelector("#tree tbody");
   const rows = [];
@@ -52,7 +58,7 @@ function renderTree(tree) {
         p.last_failure || ""], p.state));
       for (const a of actors) {
         rows.push(row("actor", [a.name + a.rank + "  " + a.class, a.state, "", "", "",
-          a.queue, a.rate, a.failure ? a.failure.split("\n")[0] : ""], a.state));
+          a.queue, a.rate, cause(a.failure)], a.state));
       }
     }
   }
