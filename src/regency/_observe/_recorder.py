@@ -18,9 +18,10 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ._store import Row
+if TYPE_CHECKING:
+    from ._store import Row
 
 __all__ = ["FLUSH_S", "ActorTap", "Recorder", "active", "now_us", "set_active"]
 

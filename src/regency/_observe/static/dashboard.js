@@ -142,6 +142,9 @@ async function refresh() {
     document.getElementById("status").textContent =
       "updated " + new Date().toLocaleTimeString() + " in " +
       Math.round(performance.now() - began) + " ms";
+    if (!document.body.dataset.loaded) {  // time from navigation to the first full render
+      document.body.dataset.firstRenderMs = String(Math.round(performance.now()));
+    }
     document.body.dataset.loaded = "yes";
   } catch (err) {
     document.getElementById("status").textContent = "error: " + err.message;
