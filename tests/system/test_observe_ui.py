@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_observe import Job
+from test_observe_recording import Job
 
 CHROMIUM = "/usr/bin/chromium"
 
