@@ -36,36 +36,62 @@ def progress_line(name: str, up: int, total: int, hosts: int, elapsed: float,
 def watch_spawn(state: Any, total: int, hosts: int, name: str,
                 stream: TextIO | None = None) -> threading.Thread | None:
     """Draw the progress of ``state`` (a MeshState: ``waiting``, ``ready``) while it spawns,
-    on a daemon thread; None when the stream is not a terminal."""
+    on a daemon thread; None when the stream is not a terminal. The closing line is written
+    by whichever thread completes the spawn, at once, so it is not lost when the program
+    goes on (or ends) right after the spawn."""
     out = stream if stream is not None else sys.stderr
     try:
         if not out.isatty():
             return None
     except (AttributeError, ValueError):
         return None
-    thread = threading.Thread(target=_draw, args=(state, total, hosts, name, out),
-                              name="regency-spawn-progress", daemon=True)
+    line = _Line(state, total, hosts, name, out)
+    thread = threading.Thread(target=line.run, name="regency-spawn-progress", daemon=True)
     thread.start()
+    state.ready.add_done_callback(line.finish)
     return thread
 
 
-def _draw(state: Any, total: int, hosts: int, name: str, out: TextIO) -> None:
-    start = time.monotonic()
-    shown = False
-    while True:
-        done = state.ready.done()
-        elapsed = time.monotonic() - start
-        up = total - max(int(state.waiting), 0)
-        if done:
-            if shown:
-                failed = state.ready.exception() is not None
-                out.write("\r\033[K" + progress_line(name, up, total, hosts, elapsed, True,
-                                                      failed) + "\n")
-                out.flush()
-            return
-        if elapsed >= DELAY_S:
-            out.write("\r\033[K" + progress_line(name, up, total, hosts, elapsed))
-            out.flush()
-            shown = True
-        time.sleep(TICK_S)
+class _Line:
+    """The progress line of one spawn: redrawn by its thread, closed on completion."""
 
+    def __init__(self, state: Any, total: int, hosts: int, name: str, out: TextIO) -> None:
+        self.state, self.total, self.hosts, self.name, self.out = state, total, hosts, name, out
+        self.start = time.monotonic()
+        self.lock = threading.Lock()
+        self.shown = False
+        self.closed = False
+
+    def _write(self, text: str) -> None:
+        try:
+            self.out.write(text)
+            self.out.flush()
+        except (OSError, ValueError):  # the terminal went away
+            self.closed = True
+
+    def run(self) -> None:
+        """Redraw every ``TICK_S`` once the spawn has taken ``DELAY_S``."""
+        while True:
+            time.sleep(TICK_S)
+            with self.lock:
+                if self.closed:
+                    return
+                elapsed = time.monotonic() - self.start
+                if elapsed >= DELAY_S:
+                    up = self.total - max(int(self.state.waiting), 0)
+                    self._write("\r\033[K" + progress_line(self.name, up, self.total,
+                                                            self.hosts, elapsed))
+                    self.shown = True
+
+    def finish(self, ready: Any) -> None:
+        """The spawn is done (or failed): close the line, if one was drawn."""
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+            if self.shown:
+                up = self.total - max(int(self.state.waiting), 0)
+                failed = ready.exception() is not None
+                self._write("\r\033[K" + progress_line(
+                    self.name, up, self.total, self.hosts, time.monotonic() - self.start,
+                    True, failed) + "\n")
