@@ -16,6 +16,7 @@ import os
 import secrets
 import threading
 
+from .. import _observe as observe
 from .. import config
 from .._config_types import ChannelTransport, transport_name
 from .._debug._service import serve as serve_debugging
@@ -78,6 +79,8 @@ def _start_controller() -> Runtime:
     _failfast.install_handler()
     _terminate.install_in_controller()  # SIGTERM (SLURM, Kubernetes) stops like Ctrl-C
     _current.set_runtime(rt)
+    if observe.enabled():
+        observe.start_controller(rt)
     return rt
 
 
@@ -137,6 +140,7 @@ def _shutdown(rt: Runtime, timeout: float) -> None:
             rt.loop.call_soon_threadsafe(rt.loop.stop)
             thread.join(timeout=5.0)
     finally:
+        observe.stop(rt)  # rows still queued reach the store, which closes
         with lock():
             if _current.get() is rt:
                 _current.set_runtime(None)

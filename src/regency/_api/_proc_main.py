@@ -19,6 +19,7 @@ import sys
 import traceback
 from typing import Any
 
+from .. import _observe as observe
 from .. import config
 from .._debug import _rank as _debug_rank
 from .._debug._dumps import arm as arm_stack_dumps
@@ -87,6 +88,8 @@ def run_proc(spec: dict[str, Any]) -> int:
 
 async def _serve(rt: Runtime, spec: dict[str, Any], stop: asyncio.Event) -> int:
     await rt.start(spec.get("bind", spec["addr"]), identity=spec["addr"])
+    if observe.enabled():
+        observe.start_proc(rt, spec)
     api_state(rt).root_context = root_context_of(rt)
     error = await _bootstrap(rt, spec)
     if error is not None:
@@ -122,6 +125,7 @@ async def _bootstrap(rt: Runtime, spec: dict[str, Any]) -> str | None:
 async def _stop(rt: Runtime, stop: asyncio.Event) -> None:
     timeout = float(config.get("cleanup_timeout")) + 1.0
     await stop_cells(rt, timeout)
+    observe.stop(rt)  # the last recorded rows go out before the sockets close
     _finalize()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -19,6 +19,7 @@ import cloudpickle
 from .. import config
 from .._debug._stacks import Stacks, collect
 from .._mesh import MeshTrait, Point, Shape
+from .._observe._progress import watch_spawn
 from .._runtime._aggregate import Options, set_options
 from .._runtime._completion import Completion
 from .._runtime._pickling import describe_unpicklable, dumps, dumps_inband
@@ -398,6 +399,8 @@ class HostMesh(MeshTrait):
                 "bootstrap": _pickled(bootstrap), "config": config.get_runtime_config()}
         record.spec = spec
         supervisor(rt).mesh_spawned(uid, _owner_uid(), "proc", name, shape, tuple(addrs))
+        if rt.role == "controller" and _owner_uid() is None:  # procs up / total on a TTY
+            watch_spawn(st, len(addrs), len(requests), name)
         for agent, procs in requests.items():
             # procs on this machine start in our current environment; a worker's procs in
             # the worker's own (its paths, its interpreter), as Monarch does

@@ -38,6 +38,8 @@ def on_spawn_actor(rt: Runtime, msg: m.SpawnActor) -> None:
         _spawn_failed(rt, msg, g, why)
         return
     behavior = ActorBehavior(rt, msg, cls, args, kwargs, g)
+    if rt.observer is not None:  # recording (regency._observe): time its calls
+        rt.observer.actor_spawned(behavior)
     cell: Any
     if behavior.is_async:
         cell = AsyncCell(behavior.uid, behavior, rt.loop, behavior.setup_context, rt.on_loop,

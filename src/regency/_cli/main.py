@@ -1,6 +1,6 @@
 """``regency``: the command line. Subcommands: ``version``, ``doctor``, ``worker``, ``debug``,
-``stack``, and the job commands ``apply``, ``context``, ``kill``, ``exec``, ``shell``
-(``_jobs``)."""
+``stack``, the job commands ``apply``, ``context``, ``kill``, ``exec``, ``shell`` (``_jobs``)
+and the observation commands ``query``, ``trace``, ``dashboard``, ``top``."""
 
 from __future__ import annotations
 
@@ -107,9 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     stacks.add_argument("--timeout", type=float, default=1.0,
                         help="seconds to wait for each proc's stacks (default 1)")
     stacks.set_defaults(run=_stack)
+    from .._observe._cli import add_commands as add_observe_commands
     from ._jobs import add_commands
 
     add_commands(sub)
+    add_observe_commands(sub)
     args = parser.parse_args(argv)
     return int(args.run(args))
 

@@ -404,6 +404,9 @@ class HostAgent:
         rec.tail.extend(text)
         kind = "stderr" if stream is sys.stderr else "stdout"
         _proclog.write(rec.addr, kind, text)  # everything, whatever the terminal shows
+        if self.rt.observer is not None:  # recording (regency._observe)
+            self.rt.observer.lines(rec.addr, rec.label,
+                                   "stderr" if stream is sys.stderr else "stdout", text)
         if not config.get("enable_log_forwarding"):
             return
         if self.forward_to:  # a worker: the lines belong at the controller's terminal

@@ -138,6 +138,9 @@ class Runtime:
         # call checks nothing then. Read without a lock from any thread.
         self.verdicts: Verdicts | None = None
         self.data_server: Any = None  # regency._dataplane._server.DataServer, on first use
+        # regency._observe._observer.Observer while the job records (config ``observe``):
+        # shown each system message handled here; None otherwise, and then nothing is done
+        self.observer: Any = None
 
     # -- threads ---------------------------------------------------------------------------
     def on_loop(self) -> bool:
@@ -302,6 +305,9 @@ class Runtime:
         except Exception as exc:  # undecodable: the peer is broken or hostile (issue 19)
             self._undecodable(kind, exc)
             return
+        observer = self.observer
+        if observer is not None:
+            observer.system(kind, msg)
         try:
             handler(msg)
         except Exception:  # a bad message must never take the connection or proc down

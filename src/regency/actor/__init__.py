@@ -64,6 +64,9 @@ from .._mesh import Extent as Extent
 from .._mesh import Point as Point
 from .._mesh import Shape as Shape
 from .._mesh import Slice as Slice
+from .._observe._telemetry import get_meter as get_meter
+from .._observe._telemetry import span as span
+from .._observe._telemetry import traced as traced
 from ..errors import ActorError as ActorError
 from ..errors import MeshFailure as MeshFailure
 from ..errors import SupervisionError as SupervisionError
@@ -111,14 +114,17 @@ __all__ = [
     "default_bootstrap_cmd",
     "enable_transport",
     "endpoint",
+    "get_meter",
     "get_or_spawn_controller",
     "returns_future",
     "run_worker_loop_forever",
     "run_worker_loop_until_shutdown",
     "send",
     "shutdown_context",
+    "span",
     "start_worker_loop_forever",
     "this_host",
     "this_proc",
+    "traced",
     "unhandled_fault_hook",
 ]

@@ -1,0 +1,221 @@
+"""``regency top``: a terminal view of a running job, over its HTTP API (needs ``textual``).
+
+The left pane is the tree hosts -> procs -> actors as an indented table (state, pid, CPU,
+memory, queue depth, messages/s, last failure), refreshed every ``--interval`` seconds. The
+right pane shows the selected proc: its details and last log lines, or, on a key, its whole
+log or its stacks. Keys: ``/`` filter, ``escape`` clear the filter, ``l`` log, ``s`` stacks,
+``d`` details, ``q`` quit.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any, ClassVar
+
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.widgets import DataTable, Footer, Header, Input, Static
+
+__all__ = ["TopApp", "run_top"]
+
+
+class ApiClient:
+    """GETs of the job's API with its token."""
+
+    def __init__(self, url: str, token: str) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+
+    def get(self, path: str, **params: Any) -> Any:
+        """The decoded JSON of ``/api/v1/<path>``; an error object on failure."""
+        query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
+        req = urllib.request.Request(f"{self.url}/api/v1/{path}?{query}",
+                                     headers={"Authorization": f"Bearer {self.token}"})
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                return json.loads(r.read())
+        except urllib.error.HTTPError as exc:
+            try:
+                return json.loads(exc.read())
+            except ValueError:
+                return {"error": str(exc.code), "message": str(exc)}
+        except OSError as exc:
+            return {"error": "unreachable", "message": str(exc)}
+
+
+def _cause(report: str | None) -> str:
+    """The line of a failure report that says why."""
+    for line in (report or "").splitlines():
+        if line.strip().startswith("cause:"):
+            return line.split("cause:", 1)[1].strip()
+    return (report or "").split("\n")[0]
+
+
+def _mib(rss: Any) -> str:
+    return f"{rss / 1048576:.0f}M" if rss else ""
+
+
+class TopApp(App[int]):
+    """The job's tree and the selected proc's details."""
+
+    TITLE = "regency top"
+    CSS = """
+    #tree { width: 2fr; }
+    #detail { width: 1fr; border-left: solid $accent; padding: 0 1; }
+    #filter { display: none; }
+    #filter.shown { display: block; }
+    """
+    BINDINGS: ClassVar[list[Any]] = [
+        Binding("q", "quit", "quit"),
+        Binding("slash", "filter", "filter"),
+        Binding("escape", "clear_filter", "clear filter"),
+        Binding("l", "show('log')", "log"),
+        Binding("s", "show('stack')", "stacks"),
+        Binding("d", "show('details')", "details"),
+    ]
+
+    def __init__(self, client: ApiClient, interval: float = 1.0) -> None:
+        super().__init__()
+        self.client = client
+        self.interval = interval
+        self.filter = ""
+        self.mode = "details"
+        self.rows: list[dict[str, Any]] = []  # one per table row: its proc (and actor)
+        self.data: dict[str, Any] = {}
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Input(placeholder="filter: mesh, actor, class or state", id="filter")
+        with Horizontal():
+            yield DataTable(id="tree", cursor_type="row", zebra_stripes=True)
+            yield Static("", id="detail")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#tree", DataTable)
+        table.add_columns("name", "state", "pid", "cpu%", "mem", "queue", "msg/s",
+                          "last failure")
+        table.focus()  # not the hidden filter box, which comes first
+        self.refresh_data()
+        self.set_interval(self.interval, self.refresh_data)
+
+    # -- data -----------------------------------------------------------------------------------
+    def refresh_data(self) -> None:
+        """Fetch the tree and redraw."""
+        tree = self.client.get("tree")
+        if "error" in tree:
+            self.sub_title = f"API error: {tree.get('message')}"
+            return
+        self.data = tree
+        self.sub_title = f"{self.client.url}  filter: {self.filter or '(none)'}"
+        self._draw()
+        self._detail()
+
+    def _matches(self, *texts: Any) -> bool:
+        f = self.filter.lower()
+        return not f or any(f in str(t or "").lower() for t in texts)
+
+    def _draw(self) -> None:
+        table = self.query_one("#tree", DataTable)
+        keep = table.cursor_row
+        table.clear()
+        self.rows = []
+        for host in self.data.get("hosts", []):
+            table.add_row(f"host {host['host']}", "", "", "", "", "", "", "")
+            self.rows.append({})
+            for p in host["procs"]:
+                actors = [a for a in p["actors"]
+                          if self._matches(a["actor"], a["class"], a["state"], p["mesh_name"])]
+                if not actors and not self._matches(p["mesh_name"], p["proc"], p["state"]):
+                    continue
+                table.add_row(f"  {p['mesh_name']} rank {p['rank']}", p["state"],
+                              str(p["pid"] or ""), str(p["cpu"] or 0), _mib(p["rss"]),
+                              str(p["queue"]), str(p["rate"]), p["last_failure"] or "")
+                self.rows.append({"proc": p})
+                for a in actors:
+                    failure = _cause(a["failure"])
+                    table.add_row(f"    {a['name']}{a['rank']} {a['class']}", a["state"], "",
+                                  "", "", str(a["queue"] or 0), str(a["rate"] or 0), failure)
+                    self.rows.append({"proc": p, "actor": a})
+        if self.rows:
+            table.move_cursor(row=min(max(keep, 0), len(self.rows) - 1))
+
+    def _selected(self) -> dict[str, Any]:
+        row = self.query_one("#tree", DataTable).cursor_row
+        return self.rows[row] if 0 <= row < len(self.rows) else {}
+
+    def _detail(self) -> None:
+        sel = self._selected()
+        pane = self.query_one("#detail", Static)
+        proc = sel.get("proc")
+        if proc is None:
+            pane.update("select a proc or an actor (arrow keys)")
+            return
+        if self.mode == "log":
+            lines = self.client.get("logs", proc=proc["proc"], limit=200)
+            text = "\n".join(line["line"] for line in lines) if isinstance(lines, list) else ""
+            pane.update(f"log of {proc['mesh_name']} rank {proc['rank']}\n\n{text}")
+        elif self.mode == "stack":
+            got = self.client.get("stack", proc=proc["proc"])
+            text = got.get("stacks") or f"{got.get('error')}: {got.get('message')}"
+            pane.update(f"stacks of {proc['mesh_name']} rank {proc['rank']}\n\n{text}")
+        else:
+            pane.update(self._describe(proc, sel.get("actor")))
+
+    def _describe(self, p: dict[str, Any], a: dict[str, Any] | None) -> str:
+        lines = [f"proc {p['mesh_name']} rank {p['rank']}", f"address {p['proc']}",
+                 f"host {p['host']}  pid {p['pid']}  state {p['state']}",
+                 f"cpu {p['cpu'] or 0}%  memory {_mib(p['rss'])}"]
+        if p.get("cause"):
+            lines.append(f"ended: {p['cause']}")
+        if a is not None:
+            lines += ["", f"actor {a['actor']}", f"class {a['class']}  state {a['state']}",
+                      f"handled {a['handled']}  queue {a['queue']}  {a['rate']} msg/s"]
+            if a.get("failure"):
+                lines += ["failure:", a["failure"]]
+        if p.get("last_failure"):
+            lines += ["", f"last failure: {p['last_failure']}"]
+        lines += ["", "last log lines:", *p.get("log_tail", [])]
+        return "\n".join(lines)
+
+    # -- keys -----------------------------------------------------------------------------------
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        """Show the highlighted row's proc."""
+        self._detail()
+
+    def action_filter(self) -> None:
+        """Show the filter box."""
+        box = self.query_one("#filter", Input)
+        box.add_class("shown")
+        box.focus()
+
+    def action_clear_filter(self) -> None:
+        """Clear the filter and go back to the tree."""
+        box = self.query_one("#filter", Input)
+        box.value = ""
+        self.filter = ""
+        box.remove_class("shown")
+        self.query_one("#tree", DataTable).focus()
+        self.refresh_data()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        """Apply the filter."""
+        self.filter = event.value.strip()
+        event.input.remove_class("shown")
+        self.query_one("#tree", DataTable).focus()
+        self.refresh_data()
+
+    def action_show(self, mode: str) -> None:
+        """Switch the right pane: details, log or stacks."""
+        self.mode = mode
+        self._detail()
+
+
+def run_top(url: str, token: str, interval: float = 1.0) -> int:
+    """Run the terminal UI until ``q``."""
+    TopApp(ApiClient(url, token), interval).run()
+    return 0

@@ -1,0 +1,164 @@
+// The regency dashboard: plain JavaScript over the JSON API (/api/v1/...), refreshed every
+// second. The token comes from the URL fragment (#token=...), never sent to the server in
+// the URL; requests carry it as a bearer token.
+"use strict";
+const token = new URLSearchParams(location.hash.slice(1)).get("token") || "";
+const COLORS = ["#3366cc", "#dc3912", "#ff9900", "#109618", "#990099", "#0099c6"];
+let treeFilter = "", logSearch = "", logProc = "";
+
+async function api(path) {
+  const r = await fetch("/api/v1/" + path, {headers: {Authorization: "Bearer " + token}});
+  if (!r.ok) throw new Error(path + ": " + r.status + " " + (await r.text()));
+  return r.json();
+}
+
+function el(tag, attrs, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  for (const k of kids) e.append(k === null || k === undefined ? "" : String(k));
+  return e;
+}
+
+function svg(tag, attrs) {
+  const e = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  return e;
+}
+
+function row(cls, cells, state) {
+  const tr = el("tr", {class: cls});
+  cells.forEach((c, i) => tr.append(el("td", i === 1 ? {class: state || ""} : {}, c)));
+  return tr;
+}
+
+function cause(report) {  // the one line of a failure report that says why
+  if (!report) return "";
+  const m = report.match(/cause:\s*(.*)/);
+  return m ? m[1] : report.split("\n")[0];
+}
+
+function renderTree(tree) {
+  const body = document.querySelector("#tree tbody");
+  const rows = [];
+  const f = treeFilter.toLowerCase();
+  const hit = (...xs) => !f || xs.some(x => String(x || "").toLowerCase().includes(f));
+  const procSelect = document.getElementById("log-proc");
+  const known = new Set([...procSelect.options].map(o => o.value));
+  for (const h of tree.hosts) {
+    rows.push(row("host", ["host " + h.host, "", "", "", "", "", "", ""]));
+    for (const p of h.procs) {
+      if (!known.has(p.proc)) {
+        procSelect.append(el("option", {value: p.proc}, p.mesh_name + " " + p.rank));
+        known.add(p.proc);
+      }
+      const actors = p.actors.filter(a => hit(a.actor, a.name, a.class, a.state, p.mesh_name));
+      if (!actors.length && !hit(p.proc, p.mesh_name, p.state)) continue;
+      rows.push(row("proc", [p.mesh_name + " rank " + p.rank + "  " + p.proc, p.state, p.pid,
+        p.cpu ?? "", p.rss ? (p.rss / 1048576).toFixed(1) : "", p.queue, p.rate,
+        p.last_failure || ""], p.state));
+      for (const a of actors) {
+        rows.push(row("actor", [a.name + a.rank + "  " + a.class, a.state, "", "", "",
+          a.queue, a.rate, cause(a.failure)], a.state));
+      }
+    }
+  }
+  body.replaceChildren(...rows);
+}
+
+function renderTimeline(calls, events) {
+  const box = document.getElementById("timeline");
+  const w = box.clientWidth || 600, h = 160;
+  const end = Math.max(0, ...calls.map(c => c.end_us), ...events.map(e => e.ts_us));
+  const start = end - 10e6;
+  const lanes = [...new Set(calls.map(c => c.proc))];
+  const laneH = Math.max(8, Math.min(30, (h - 20) / Math.max(1, lanes.length)));
+  const x = t => ((t - start) / 10e6) * w;
+  const kids = [];
+  for (const c of calls) {
+    if (c.end_us < start) continue;
+    const y = lanes.indexOf(c.proc) * laneH;
+    kids.push(svg("rect", {x: x(c.start_us), y: y + 1, height: laneH - 2, class: "call",
+      width: Math.max(1, x(c.end_us) - x(c.start_us)), fill: c.ok ? "#3366cc" : "#dc3912"}));
+  }
+  for (const e of events) {
+    if (e.kind !== "failure" || e.ts_us < start) continue;
+    kids.push(svg("line", {x1: x(e.ts_us), x2: x(e.ts_us), y1: 0, y2: h, class: "failure",
+      stroke: "#b00020", "stroke-width": 2}));
+  }
+  box.replaceChildren(...kids);
+}
+
+function renderThroughput(t) {
+  const box = document.getElementById("throughput");
+  const w = box.clientWidth || 600, h = 150;
+  const max = Math.max(1, ...t.meshes.flatMap(m => m.per_second));
+  const n = Math.max(1, t.seconds.length - 1);
+  const legend = [];
+  const kids = t.meshes.map((m, i) => {
+    const color = COLORS[i % COLORS.length];
+    legend.push(el("span", {style: "color:" + color}, m.name + " " +
+      (m.per_second[m.per_second.length - 1] || 0) + "/s"));
+    const pts = m.per_second.map((v, j) => (j / n) * w + "," + (h - (v / max) * (h - 10)));
+    return svg("polyline", {points: pts.join(" "), fill: "none", stroke: color,
+      "stroke-width": 2, class: "mesh-line"});
+  });
+  box.replaceChildren(...kids);
+  document.getElementById("throughput-legend").replaceChildren(...legend);
+}
+
+function renderLogs(lines) {
+  const pre = document.getElementById("logs");
+  pre.textContent = lines.map(l => "[" + l.label + "] " + l.line).join("\n");
+  pre.scrollTop = pre.scrollHeight;
+}
+
+function renderEvents(events) {
+  const body = document.querySelector("#events tbody");
+  body.replaceChildren(...events.slice(-30).reverse().map(e => {
+    const t = new Date(e.ts_us / 1000).toLocaleTimeString();
+    return row("event " + e.kind, [t, e.kind, e.actor || e.proc, e.summary],
+      e.kind === "failure" ? "failed" : "");
+  }));
+}
+
+async function refresh() {
+  const began = performance.now();
+  try {
+    const q = "logs?limit=200" + (logSearch ? "&q=" + encodeURIComponent(logSearch) : "") +
+      (logProc ? "&proc=" + encodeURIComponent(logProc) : "");
+    const [summary, tree, calls, events, thr, logs] = await Promise.all([
+      api("summary"), api("tree"), api("calls?limit=3000"), api("events?limit=300"),
+      api("throughput?window_s=60"), api(q)]);
+    document.getElementById("job").textContent = "job " + (summary.job.job || "?");
+    const p = summary.procs, a = summary.actors;
+    document.getElementById("summary").textContent =
+      "procs " + JSON.stringify(p) + "  actors " + JSON.stringify(a) +
+      "  failures " + summary.failures;
+    renderTree(tree);
+    renderTimeline(calls, events);
+    renderThroughput(thr);
+    renderLogs(logs);
+    renderEvents(events);
+    document.getElementById("status").textContent =
+      "updated " + new Date().toLocaleTimeString() + " in " +
+      Math.round(performance.now() - began) + " ms";
+    if (!document.body.dataset.loaded) {  // time from navigation to the first full render
+      document.body.dataset.firstRenderMs = String(Math.round(performance.now()));
+    }
+    document.body.dataset.loaded = "yes";
+  } catch (err) {
+    document.getElementById("status").textContent = "error: " + err.message;
+  }
+}
+
+document.getElementById("tree-filter").addEventListener("input", e => {
+  treeFilter = e.target.value; refresh();
+});
+document.getElementById("log-search").addEventListener("input", e => {
+  logSearch = e.target.value; refresh();
+});
+document.getElementById("log-proc").addEventListener("change", e => {
+  logProc = e.target.value; refresh();
+});
+refresh();
+setInterval(refresh, 1000);
