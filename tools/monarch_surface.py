@@ -58,23 +58,8 @@ _MONARCH_OURS = {
 
 # (module, name) or (module, "Class.member") -> owner. Anything not listed is this issue's.
 OWNERS: dict[tuple[str, str], str] = {
-    ("monarch.actor", "debug_controller"): ISSUE_15,
-    ("monarch.actor", "get_meter"): ISSUE_16,
-    ("monarch.actor", "span"): ISSUE_16,
-    ("monarch.actor", "traced"): ISSUE_16,
-    ("monarch.actor", "start_worker_loop_forever"): ISSUE_17,
-    ("monarch.actor", "run_worker_loop_until_shutdown"): ISSUE_17,
-    ("monarch.actor", "default_bootstrap_cmd"): BEHAVIOUR,
-    ("monarch.actor", "ProcMesh.rank_tensor"): ISSUE_13,
-    ("monarch.actor", "ProcMesh.rank_tensors"): ISSUE_13,
     ("monarch.actor", "ProcMesh.to_table"): ISSUE_13,
-    ("monarch.actor", "ProcMesh.activate"): ISSUE_13,
     ("monarch.actor", "Instance.spawn_tensor_engine"): ISSUE_13,
-    ("monarch.actor", "ProcMesh.sync_workspace"): ISSUE_17,
-    ("monarch.actor", "HostMesh.sync_workspace"): ISSUE_17,
-    ("monarch.actor", "HostMesh.with_python_executable"): BEHAVIOUR,
-    ("monarch.actor", "Instance.abort"): BEHAVIOUR,
-    ("monarch.actor.concurrent", "concurrent_endpoint"): BEHAVIOUR,
 }
 
 

@@ -126,3 +126,33 @@ def test_a_workspace_names_what_is_wrong(tmp_path: Path) -> None:
         Workspace(dirs=[str(tmp_path / "missing")]).targets()
     with pytest.raises(ValueError, match="must be a relative path"):
         Workspace(dirs={str(tmp_path): "../up"}).targets()
+
+
+PROC_MESH_CONTROLLER = """
+import asyncio, json, sys
+from regency.actor import this_host
+from regency.workspace import Workspace
+
+procs = this_host().spawn_procs(per_host={"procs": 2})
+ws = Workspace(dirs=[sys.argv[1]])
+first = asyncio.run(procs.sync_workspace(ws))
+again = asyncio.run(procs.sync_workspace(ws))
+print("RESULT " + json.dumps({"first": first["files"], "again": again["files"]}), flush=True)
+procs.stop().get(timeout=30)
+"""
+
+
+def test_a_proc_mesh_syncs_the_hosts_of_its_procs(tmp_path: Path) -> None:
+    """``ProcMesh.sync_workspace`` (Monarch has it too): the one host of a 2-proc mesh on
+    this machine gets the files once, and nothing the second time."""
+    src = tmp_path / "proj"
+    src.mkdir()
+    (src / "a.py").write_text("A = 1\n")
+    (tmp_path / "controller.py").write_text(textwrap.dedent(PROC_MESH_CONTROLLER))
+    env = {**os.environ, "REGENCY_WORKSPACE_DIR": str(tmp_path / "root")}
+    res = subprocess.run([sys.executable, str(tmp_path / "controller.py"), str(src)],
+                         env=env, capture_output=True, text=True, timeout=170)
+    line = next((x for x in res.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert line is not None, res.stdout + res.stderr
+    assert json.loads(line[len("RESULT "):]) == {"first": [1], "again": [0]}
+    assert (tmp_path / "root" / "proj" / "a.py").read_text() == "A = 1\n"

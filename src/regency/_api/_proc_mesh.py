@@ -103,6 +103,20 @@ class ProcMesh(MeshTrait):
         agent = self._host_agents[self._shape_.ranks()[0]]
         return HostMesh(Shape.unity(), (agent,), owned=False)
 
+    async def sync_workspace(self, workspace: Workspace, conda: bool = False,
+                             auto_reload: bool = False) -> dict[str, Any]:
+        """``HostMesh.sync_workspace`` on the hosts of this mesh's procs; ``auto_reload``
+        reloads changed modules in this mesh's procs. Example::
+
+            await procs.sync_workspace(Workspace(dirs=["src"]), auto_reload=True)
+        """
+        if conda:
+            raise NotImplementedError("sync_workspace(conda=True): regency syncs directories "
+                                      "only; install the environment on the hosts")
+        agents = tuple(dict.fromkeys(self._host_agents[g] for g in self._shape_.ranks()))
+        hosts = HostMesh(Shape.from_sizes(["hosts"], [len(agents)]), agents, owned=False)
+        return await _sync_workspace(hosts, workspace, auto_reload, [self])
+
     def spawn(self, name: str, Class: type[T], *args: Any, **kwargs: Any) -> T:
         """Spawn one ``Class(*args, **kwargs)`` actor in every proc; returns the ActorMesh.
 
