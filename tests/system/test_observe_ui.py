@@ -148,7 +148,8 @@ def test_top_shows_the_tree_filters_and_shows_a_log(live: tuple[Job, dict[str, A
         until("a proc's log", lambda: "log of trainers rank 0" in screen()
               and "worker step 19" in screen(), shown=screen)
         _tmux("send-keys", "-t", session, "s")
-        until("the proc's stacks", lambda: "most recent call first" in screen(), shown=screen)
+        until("the proc's stacks", lambda: "stacks of trainers rank 0" in screen()
+              and "thread in trainers ranks 0" in screen(), shown=screen)
         _tmux("send-keys", "-t", session, "q")
         until("top to quit", lambda: _tmux("display-message", "-p", "-t", session,
                                            "#{pane_dead}").strip() == "1", timeout=15,
