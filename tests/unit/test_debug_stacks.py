@@ -36,3 +36,32 @@ def test_identical_stacks_are_grouped_with_their_ranks() -> None:
     assert "--- 4 threads in m ranks 0-3" in text
     assert "--- 1 thread in m ranks 4" in text
     assert "--- m rank 5: (the proc has exited)" in text
+
+
+def test_the_python_handler_writes_what_the_parser_reads() -> None:
+    """The safe handler's text (``format_threads``) is faulthandler's format: every thread,
+    the current one marked, the most recent call first."""
+    import sys
+    import threading
+
+    from regency._debug._dumps import format_threads
+
+    started, release = threading.Event(), threading.Event()
+
+    def parked_here() -> None:
+        started.set()
+        release.wait(30)
+
+    t = threading.Thread(target=parked_here)
+    t.start()
+    try:
+        assert started.wait(30)
+        text = format_threads(sys._current_frames(), threading.get_ident())
+    finally:
+        release.set()
+        t.join(30)
+    threads = parse_dump("m", 0, text)
+    current = [x for x in threads if x.current]
+    assert len(current) == 1 and "test_the_python_handler_writes" in current[0].frames[0]
+    parked = [x for x in threads if any("parked_here" in f for f in x.frames)]
+    assert len(parked) == 1 and "in wait" in parked[0].frames[0]

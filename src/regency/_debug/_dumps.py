@@ -1,17 +1,28 @@
-"""Python stacks of a proc, whatever it is doing: ``faulthandler`` on a signal, into a file.
+"""Python stacks of a proc, whatever it is doing: a signal, answered into a file.
 
-Every proc registers :mod:`faulthandler` for :data:`SIGNAL` with ``all_threads=True``
-(:func:`arm`), writing into its own append-only file in the per-user runtime directory.
-The handler is C code run in the signal handler: it needs neither the GIL nor the proc's
-event loop, so it answers from a proc spinning in a tight Python loop, blocked in a C call
-that holds the GIL, or paused in pdb. The host agent of the proc's machine (which knows its
-pid) sends the signal and reads what the file grew by (:func:`dump_pids`); it is the only
-party that needs to be on the same machine.
+Two signals, tried in order (:func:`dump_pids`), both writing faulthandler's text format into
+the proc's own append-only file in the per-user runtime directory:
+
+* :data:`SIGNAL` runs a Python-level handler (:func:`_dump_here`) on the proc's main thread,
+  which reads every thread's frames with ``sys._current_frames()`` under the GIL. It is safe:
+  nothing is read while another thread changes it. It answers from a proc whose loop is idle,
+  from a tight Python loop on any thread, from ``time.sleep`` and from pdb, since the
+  interpreter runs signal handlers between bytecodes and after interrupted system calls.
+* :data:`FALLBACK`, sent only to a proc that did not answer the first within half the
+  timeout (its main thread is stuck in a C call that holds the GIL, say), runs
+  :mod:`faulthandler`'s C handler with ``all_threads=True``: it needs neither the GIL nor
+  the loop, but it reads other threads' states without a lock, and CPython documents that
+  this can crash the process when a thread changes its frames meanwhile. That is why it is
+  the fallback and not the rule: with it as the rule, a dump taken while a proc resumed from
+  SIGSTOP crashed that proc with SIGSEGV (found by the chaos tier).
+
+The host agent of the proc's machine (which knows its pid) sends the signals and reads what
+the file grew by; it is the only party that needs to be on the same machine.
 
 Why not py-spy: it is an extra binary, needs ptrace rights (``kernel.yama.ptrace_scope``,
-container capabilities) that many clusters deny, and samples from outside; faulthandler is
-in the standard library and works wherever the proc can take a signal. What faulthandler
-does not give: thread names, local variables, and more than 100 frames per thread.
+container capabilities) that many clusters deny, and samples from outside; signals and
+faulthandler are in the standard library and work wherever the proc can take a signal. What
+they do not give: thread names, local variables, and more than 100 frames per thread.
 """
 
 from __future__ import annotations
@@ -19,16 +30,22 @@ from __future__ import annotations
 import faulthandler
 import os
 import signal
+import sys
+import threading
 import time
 from pathlib import Path
+from types import FrameType
 from typing import IO
 
 from ._discovery import runtime_dir
 
-__all__ = ["SIGNAL", "arm", "dump_pids", "forget", "stack_file"]
+__all__ = ["FALLBACK", "SIGNAL", "arm", "dump_pids", "forget", "stack_file"]
 
 #: The signal that asks a proc for its stacks (a real-time one: no library uses it by default).
 SIGNAL = signal.SIGRTMIN + 6
+#: The second try, for a proc whose main thread cannot run Python: faulthandler's C handler.
+FALLBACK = signal.SIGRTMIN + 7
+_MAX_FRAMES = 100  # per thread, as faulthandler
 _SETTLE_S = 0.02  # a dump is complete once its file stopped growing for this long
 _armed: IO[bytes] | None = None
 
@@ -41,7 +58,8 @@ def stack_file(pid: int) -> Path:
 
 
 def arm() -> None:
-    """In a proc: dump every thread's stack into :func:`stack_file` on :data:`SIGNAL`."""
+    """In a proc (main thread): dump every thread's stack into :func:`stack_file` on
+    :data:`SIGNAL` (safely, in Python) or :data:`FALLBACK` (faulthandler, in C)."""
     global _armed
     try:
         path = stack_file(os.getpid())
@@ -49,7 +67,31 @@ def arm() -> None:
     except OSError:
         return  # no runtime directory: stack dumps of this proc say so
     _armed = os.fdopen(fd, "wb", buffering=0)
-    faulthandler.register(SIGNAL, file=_armed, all_threads=True, chain=False)
+    signal.signal(SIGNAL, _dump_here)
+    faulthandler.register(FALLBACK, file=_armed, all_threads=True, chain=False)
+
+
+def _dump_here(signum: int, frame: FrameType | None) -> None:
+    """The Python-level handler: every thread's stack, in faulthandler's format."""
+    if _armed is not None:
+        _armed.write(format_threads(sys._current_frames(), threading.get_ident()).encode())
+
+
+def format_threads(frames: dict[int, FrameType], current: int) -> str:
+    """Stacks as faulthandler writes them: a header per thread, the most recent call first."""
+    out = []
+    for ident, top in sorted(frames.items(), key=lambda kv: kv[0] != current):
+        head = "Current thread" if ident == current else "Thread"
+        out.append(f"{head} 0x{ident:016x} (most recent call first):\n")
+        f: FrameType | None = top
+        for _ in range(_MAX_FRAMES):
+            if f is None:
+                break
+            code = f.f_code
+            out.append(f'  File "{code.co_filename}", line {f.f_lineno} in {code.co_name}\n')
+            f = f.f_back
+        out.append("\n")
+    return "".join(out)
 
 
 def dump_pids(pids: list[int], timeout: float = 1.0) -> dict[int, str]:
@@ -67,12 +109,16 @@ def dump_pids(pids: list[int], timeout: float = 1.0) -> dict[int, str]:
             out[pid] = "(no stack file: the proc did not arm stack dumps)"
         except ProcessLookupError:
             out[pid] = "(the proc has exited)"
-    deadline = time.monotonic() + timeout
+    begun = time.monotonic()
+    deadline, second_try = begun + timeout, begun + timeout / 2
     sizes = dict(start)
     settled: dict[int, float] = {}
+    tried: set[int] = set()
     while len(out) < len(pids) and time.monotonic() < deadline:
         time.sleep(0.005)
         now = time.monotonic()
+        if now >= second_try:
+            _fall_back([p for p in start if p not in out and sizes[p] == start[p]], tried)
         for pid in start:
             if pid in out:
                 continue
@@ -90,6 +136,17 @@ def dump_pids(pids: list[int], timeout: float = 1.0) -> dict[int, str]:
                         f"(no stacks within {timeout}s: the proc does not take signals)")
     _forget_dead()
     return out
+
+
+def _fall_back(pids: list[int], tried: set[int]) -> None:
+    """Send :data:`FALLBACK` once to each proc in ``pids`` (silent so far)."""
+    for pid in pids:
+        if pid not in tried:
+            tried.add(pid)
+            try:
+                os.kill(pid, FALLBACK)
+            except ProcessLookupError:
+                pass
 
 
 def forget(pid: int) -> None:
