@@ -50,8 +50,8 @@ CONTROLLER_TERM = PRELUDE + r"""
 atexit.register(mark, "atexit")
 procs = this_host().spawn_procs(per_host={"gpus": 2})
 m = procs.spawn("m", Marker)
-say(stage="ready", pids=pids(m))
-try:
+try:  # "ready" from inside the try: the test's SIGTERM cannot come before it
+    say(stage="ready", pids=pids(m))
     sys.stdin.readline()  # blocked here when SIGTERM comes
 finally:
     mark("finally")

@@ -139,6 +139,7 @@ async def _terminated(rt: Runtime) -> None:
     if rt.stopping:
         return
     rt.stopping = True
-    await stop_cells(rt, float(config.get("cleanup_timeout")) + 1.0)
+    await stop_cells(rt, float(config.get("cleanup_timeout")) + 1.0,
+                     "the proc is stopping: it received SIGTERM")
     await rt.router.aclose()
     _terminate.die_by_sigterm()

@@ -104,8 +104,9 @@ def _acked(rt: Runtime, port: tuple[str, int] | None) -> None:
         rt.send_reply(port, None, m.OK, None)
 
 
-async def stop_cells(rt: Runtime, timeout: float) -> None:
-    """Stop every actor of this runtime (``__cleanup__`` runs), within ``timeout``."""
+async def stop_cells(rt: Runtime, timeout: float, why: str = "the proc is stopping") -> None:
+    """Stop every actor of this runtime (``__cleanup__`` runs), within ``timeout``; calls that
+    arrive meanwhile are refused with ``why``."""
     loop = asyncio.get_running_loop()
     pending: list[asyncio.Future[None]] = []
     for uid, cell in list(rt.cells.items()):
@@ -114,7 +115,7 @@ async def stop_cells(rt: Runtime, timeout: float) -> None:
             continue
         fut: asyncio.Future[None] = loop.create_future()
         pending.append(fut)
-        rt.cells[uid] = Tombstone(rt, uid, "the proc is stopping")
+        rt.cells[uid] = Tombstone(rt, uid, why)
         stop_owned(rt, uid)  # a mesh never outlives its owner: its meshes stop first
 
         def finish(b: Any = behavior, f: asyncio.Future[None] = fut) -> Any:
