@@ -89,9 +89,9 @@ def data_parallel(steps: int, per_host: dict[str, int] | None = None) -> float:
         with procs.activate():
             x, y = dataset()  # every proc computes the whole (small) data set ...
             rank = procs.rank_tensor(dims)  # ... 0..world-1, one value per proc
-            shard = SAMPLES // world
-            rows = rank * shard + torch.arange(shard)  # ... and keeps its own rows
-            x, y = x.index_select(0, rows), y.index_select(0, rows)
+            shard = SAMPLES // world  # ... and keeps its own rows
+            x = x.reshape(world, shard, FEATURES)[rank]
+            y = y.reshape(world, shard, 1)[rank]
             mlp = model()
             train(mlp, x, y, steps, average=lambda g: reduce_(g, dims, "avg"))
             with torch.no_grad():

@@ -304,3 +304,22 @@ def test_remote_call_gives_a_value_mesh(procs) -> None:
     mesh = values.get(timeout=T)
     assert [v for _, v in mesh.items()] == [2.0, 4.0, 6.0, 8.0]
     assert mesh.item(hosts=1, gpus=0) == 6.0
+
+
+def test_index_with_a_rank_tensor(procs) -> None:
+    with procs.activate():
+        x = torch.arange(16.0).reshape(4, 4)
+        r = procs.rank_tensor(("hosts", "gpus"))
+        row = x[r]  # torch would call .item() on r: here it is index_select on dim 0
+        col = x[1:, r]
+        w = torch.ones(4, 3, requires_grad=True)
+        w[r].sum().backward()  # differentiable, like index_select
+        g = w.grad
+        with pytest.raises(TypeError, match="index item Ellipsis is not supported"):
+            x[..., r]
+        y = x[2]  # plain ints index as torch does
+    assert row.shape == (4,) and col.shape == (3,)
+    assert fetch(row, hosts=1, gpus=0).tolist() == [8.0, 9.0, 10.0, 11.0]
+    assert fetch(col, hosts=0, gpus=1).tolist() == [5.0, 9.0, 13.0]
+    assert fetch(g, hosts=1, gpus=1).tolist() == [[0.0] * 3] * 3 + [[1.0] * 3]
+    assert fetch(y).tolist() == [8.0, 9.0, 10.0, 11.0]

@@ -85,6 +85,43 @@ class Tensor(torch.Tensor):
 
     __str__ = __repr__
 
+    def __getitem__(self, index: Any) -> Any:
+        """``t[i]``, where an integer may be a 0-d integer remote tensor (``t[rank]``).
+
+        torch turns such an index into a Python int, which needs the data; here it becomes
+        ``index_select`` on that dim: the result is a copy, not a view.
+        """
+        items = index if type(index) is tuple else (index,)
+        if not any(_is_rank_index(i) for i in items):
+            return torch.Tensor.__getitem__(self, index)
+        return _select(self, items)
+
+
+def _is_rank_index(i: Any) -> bool:
+    return (isinstance(i, Tensor) and i.dim() == 0
+            and not i.dtype.is_floating_point and not i.dtype.is_complex
+            and i.dtype is not torch.bool)
+
+
+def _select(t: Tensor, items: tuple[Any, ...]) -> Any:
+    """Index ``t`` one item at a time: ints, slices and 0-d integer remote tensors."""
+    out: Any = t
+    dim = 0
+    for i in items:
+        if _is_rank_index(i):
+            out = out.index_select(dim, i.reshape(1)).squeeze(dim)
+        elif isinstance(i, int) and not isinstance(i, bool):
+            out = out.select(dim, i)
+        elif isinstance(i, slice):
+            out = torch.Tensor.__getitem__(out, (slice(None),) * dim + (i,))
+            dim += 1
+        else:
+            raise TypeError(
+                f"indexing with a remote integer tensor: index item {i!r} is not supported "
+                "alongside it; use ints, slices and 0-d integer remote tensors only, or "
+                "index_select()/gather() directly")
+    return out
+
 
 def _binary(name: str, fn: Any, reflected: bool) -> Any:
     """An operator whose argument errors reach the caller: torch's own operators turn a
