@@ -71,6 +71,16 @@ class Tensor(torch.Tensor):
         from ._collectives import reduce_tensor
         return reduce_tensor(self, dims, reduction, scatter, mesh, None, inplace=True)
 
+    def to_mesh(self, mesh: Any, stream: Stream | None = None) -> Tensor:
+        """This tensor moved to another mesh; see :func:`regency.to_mesh`."""
+        from ._transfer import to_mesh
+        return to_mesh(self, mesh, stream)  # type: ignore[no-any-return,unused-ignore]
+
+    def slice_mesh(self, **coords: int) -> Tensor:
+        """This tensor on a slice of its mesh; see :func:`regency.slice_mesh`."""
+        from ._transfer import slice_mesh
+        return slice_mesh(self, **coords)  # type: ignore[no-any-return,unused-ignore]
+
     def __del__(self) -> None:
         if getattr(self, "_dropped", "x") is None:
             try:
