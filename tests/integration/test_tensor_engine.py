@@ -356,3 +356,15 @@ def test_slice_mesh_and_to_mesh_between_meshes(procs) -> None:
 
 def get_mesh(procs):
     return regency._tensor.api.device_mesh_of(procs)
+
+
+def test_reduce_on_a_slice_of_a_mesh_with_comms_fails_instead_of_lying(procs) -> None:
+    with procs.activate():
+        x = torch.ones(2) * procs.rank_tensor(("hosts", "gpus"))
+        whole = reduce(x, "gpus")  # the procs join the parent mesh's gloo world
+        s = x.slice_mesh(hosts=1)
+    with s.mesh.activate():
+        part = reduce(s, "gpus")  # its ranks are not the world's: refused on the worker
+    assert fetch(whole, hosts=1, gpus=0).tolist() == [5.0, 5.0]
+    with pytest.raises(RemoteException, match="already belongs to the gloo world"):
+        fetch(part, gpus=0)
