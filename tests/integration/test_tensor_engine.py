@@ -332,6 +332,7 @@ def test_slice_mesh_and_to_mesh_between_meshes(procs) -> None:
         with procs.activate():
             x = torch.ones(2, 3) * procs.rank_tensor(("hosts", "gpus"))
             s = x.slice_mesh(hosts=1)  # the procs with hosts=1: a mesh of dim gpus
+            assert regency.to_mesh(x, procs) is x  # already there
             with pytest.raises(ValueError, match=r"dims \['hosts'\] are missing there"):
                 regency.to_mesh(x, other)
         assert s.mesh.labels == ("gpus",) and s.shape == (2, 3)

@@ -71,6 +71,8 @@ def _move(tensors: Any, dst: DeviceMesh, fixed: dict[str, int], stream: Any,
     if not moving:
         return tensors
     src = moving[0][1]._mesh
+    if dst is src and not fixed and stream is None:
+        return tensors  # already there: nothing moves
     problems = [(f"tensor {i}", "WRONG_MESH") for i, t in moving if t._mesh is not src]
     problems += [(f"tensor {i}", "DROPPED") for i, t in moving if t._dropped]
     if problems:
