@@ -9,6 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import regency  # noqa: E402
 import regency.actor as ra  # noqa: E402
 from regency import (  # noqa: E402
     RemoteException,
@@ -304,3 +305,67 @@ def test_remote_call_gives_a_value_mesh(procs) -> None:
     mesh = values.get(timeout=T)
     assert [v for _, v in mesh.items()] == [2.0, 4.0, 6.0, 8.0]
     assert mesh.item(hosts=1, gpus=0) == 6.0
+
+
+def test_index_with_a_rank_tensor(procs) -> None:
+    with procs.activate():
+        x = torch.arange(16.0).reshape(4, 4)
+        r = procs.rank_tensor(("hosts", "gpus"))
+        row = x[r]  # torch would call .item() on r: here it is index_select on dim 0
+        col = x[1:, r]
+        w = torch.ones(4, 3, requires_grad=True)
+        w[r].sum().backward()  # differentiable, like index_select
+        g = w.grad
+        with pytest.raises(TypeError, match="index item Ellipsis is not supported"):
+            x[..., r]
+        y = x[2]  # plain ints index as torch does
+    assert row.shape == (4,) and col.shape == (3,)
+    assert fetch(row, hosts=1, gpus=0).tolist() == [8.0, 9.0, 10.0, 11.0]
+    assert fetch(col, hosts=0, gpus=1).tolist() == [5.0, 9.0, 13.0]
+    assert fetch(g, hosts=1, gpus=1).tolist() == [[0.0] * 3] * 3 + [[1.0] * 3]
+    assert fetch(y).tolist() == [8.0, 9.0, 10.0, 11.0]
+
+
+def test_slice_mesh_and_to_mesh_between_meshes(procs) -> None:
+    other = this_host().spawn_procs(per_host={"gpus": 2}, name="te-stage")
+    try:
+        with procs.activate():
+            x = torch.ones(2, 3) * procs.rank_tensor(("hosts", "gpus"))
+            s = x.slice_mesh(hosts=1)  # the procs with hosts=1: a mesh of dim gpus
+            assert regency.to_mesh(x, procs) is x  # already there
+            with pytest.raises(ValueError, match=r"dims \['hosts'\] are missing there"):
+                regency.to_mesh(x, other)
+        assert s.mesh.labels == ("gpus",) and s.shape == (2, 3)
+        assert [fetch(s, gpus=g)[0, 0].item() for g in range(2)] == [2.0, 3.0]
+        with other.activate():
+            y = (s.to_mesh(other) + 1).t()  # the next stage computes on it
+        assert fetch(y, gpus=1).tolist() == [[4.0, 4.0]] * 3
+        with pytest.warns(UserWarning, match=r"dims \['hosts'\] are not in the source"):
+            back = regency.to_mesh({"y": y, "n": 7}, procs)  # copied along hosts
+        assert back["n"] == 7 and back["y"].mesh is get_mesh(procs)
+        assert fetch(back["y"], hosts=0, gpus=1).tolist() == [[4.0, 4.0]] * 3
+        assert fetch(back["y"], hosts=1, gpus=0).tolist() == [[3.0, 3.0]] * 3
+        with pytest.raises(ValueError, match="give an int coordinate"):
+            regency.slice_mesh(x, cpus=0)
+        with procs.activate():
+            bad = remote(_boom, propagate=lambda t: t)(x)
+        with pytest.raises(RemoteException, match="boom on purpose"):
+            bad.slice_mesh(hosts=0)  # the values are fetched here: so is their error
+    finally:
+        other.stop().get(timeout=T)
+
+
+def get_mesh(procs):
+    return regency._tensor.api.device_mesh_of(procs)
+
+
+def test_reduce_on_a_slice_of_a_mesh_with_comms_fails_instead_of_lying(procs) -> None:
+    with procs.activate():
+        x = torch.ones(2) * procs.rank_tensor(("hosts", "gpus"))
+        whole = reduce(x, "gpus")  # the procs join the parent mesh's gloo world
+        s = x.slice_mesh(hosts=1)
+    with s.mesh.activate():
+        part = reduce(s, "gpus")  # its ranks are not the world's: refused on the worker
+    assert fetch(whole, hosts=1, gpus=0).tolist() == [5.0, 5.0]
+    with pytest.raises(RemoteException, match="already belongs to the gloo world"):
+        fetch(part, gpus=0)

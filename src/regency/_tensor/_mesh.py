@@ -107,6 +107,13 @@ class DeviceMesh:
             self.flush()
         return seq
 
+    def issue_unbuffered(self) -> int:
+        """A seq (with the caller's frames) for an op the caller sends itself, rank by rank
+        (``to_mesh``); the buffer must have been flushed."""
+        seq = self._seq = self._seq + 1
+        self._frames[seq] = _frames()
+        return seq
+
     def delete(self, ref: int) -> None:
         """Queue the deletion of ``ref`` (sent with the next batch)."""
         self._deletes.append(ref)

@@ -71,6 +71,16 @@ class Tensor(torch.Tensor):
         from ._collectives import reduce_tensor
         return reduce_tensor(self, dims, reduction, scatter, mesh, None, inplace=True)
 
+    def to_mesh(self, mesh: Any, stream: Stream | None = None) -> Tensor:
+        """This tensor moved to another mesh; see :func:`regency.to_mesh`."""
+        from ._transfer import to_mesh
+        return to_mesh(self, mesh, stream)  # type: ignore[no-any-return,unused-ignore]
+
+    def slice_mesh(self, **coords: int) -> Tensor:
+        """This tensor on a slice of its mesh; see :func:`regency.slice_mesh`."""
+        from ._transfer import slice_mesh
+        return slice_mesh(self, **coords)  # type: ignore[no-any-return,unused-ignore]
+
     def __del__(self) -> None:
         if getattr(self, "_dropped", "x") is None:
             try:
@@ -84,6 +94,43 @@ class Tensor(torch.Tensor):
                 f"stream={self._stream.name!r}{', dropped' if self._dropped else ''})")
 
     __str__ = __repr__
+
+    def __getitem__(self, index: Any) -> Any:
+        """``t[i]``, where an integer may be a 0-d integer remote tensor (``t[rank]``).
+
+        torch turns such an index into a Python int, which needs the data; here it becomes
+        ``index_select`` on that dim: the result is a copy, not a view.
+        """
+        items = index if type(index) is tuple else (index,)
+        if not any(_is_rank_index(i) for i in items):
+            return torch.Tensor.__getitem__(self, index)
+        return _select(self, items)
+
+
+def _is_rank_index(i: Any) -> bool:
+    return (isinstance(i, Tensor) and i.dim() == 0
+            and not i.dtype.is_floating_point and not i.dtype.is_complex
+            and i.dtype is not torch.bool)
+
+
+def _select(t: Tensor, items: tuple[Any, ...]) -> Any:
+    """Index ``t`` one item at a time: ints, slices and 0-d integer remote tensors."""
+    out: Any = t
+    dim = 0
+    for i in items:
+        if _is_rank_index(i):
+            out = out.index_select(dim, i.reshape(1)).squeeze(dim)
+        elif isinstance(i, int) and not isinstance(i, bool):
+            out = out.select(dim, i)
+        elif isinstance(i, slice):
+            out = torch.Tensor.__getitem__(out, (slice(None),) * dim + (i,))
+            dim += 1
+        else:
+            raise TypeError(
+                f"indexing with a remote integer tensor: index item {i!r} is not supported "
+                "alongside it; use ints, slices and 0-d integer remote tensors only, or "
+                "index_select()/gather() directly")
+    return out
 
 
 def _binary(name: str, fn: Any, reflected: bool) -> Any:

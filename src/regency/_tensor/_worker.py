@@ -75,6 +75,7 @@ class TensorWorker(Actor):
         self.names: dict[int, str] = {}
         self.groups: dict[tuple[str, ...], Any] = {}
         self.comms_error = "init_comms was never received"
+        self.joined = False  # whether this worker started the proc's gloo world
 
     def _locate(self) -> None:
         """Where this worker is in its mesh (known in endpoints, not yet in ``__init__``)."""
@@ -144,11 +145,19 @@ class TensorWorker(Actor):
         one-way); a failure is kept and raised by the first collective."""
         if self.rank < 0:
             self._locate()
-        if dist.is_initialized():
+        if self.joined:
+            return
+        if dist.is_initialized():  # another mesh's worker on this proc started its world
+            self.comms_error = (
+                "this proc already belongs to the gloo world of another device mesh (one "
+                "that holds this mesh, e.g. the mesh this one was sliced from); a proc joins "
+                "one world, so collectives on this mesh are not supported: reduce on the "
+                "parent mesh, or to_mesh() the values to a mesh of other procs")
             return
         try:
             dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}",
                                     rank=self.rank, world_size=self.world)
+            self.joined = True
         except Exception:
             self.comms_error = traceback.format_exc()
 
@@ -223,7 +232,7 @@ class TensorWorker(Actor):
         dims = tuple(d for d in self.labels if d in (dims or self.labels))
         if dims in self.groups:
             return self.groups[dims]
-        if not dist.is_initialized():
+        if not self.joined:
             raise RuntimeError(f"collectives could not start on this worker:\n"
                                f"{self.comms_error}")
         others = [d for d in self.labels if d not in dims]

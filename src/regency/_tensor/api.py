@@ -12,6 +12,7 @@ from ._fetch import fetch_shard, inspect, rank_tensor
 from ._mesh import DeviceMesh, coalescing, device_mesh_of
 from ._remote import Remote, call_on_shard_and_fetch, remote
 from ._tensor import Tensor
+from ._transfer import slice_mesh, to_mesh
 
 __all__ = [
     "DeviceMesh", "Remote", "RemoteException", "Stream", "Tensor", "activate",
@@ -30,14 +31,3 @@ def rank_tensors(procs: Any) -> dict[str, Tensor]:
     """``procs.rank_tensors()``: the rank tensor of every dim, by dim name."""
     mesh = device_mesh_of(procs)
     return {d: rank_tensor(mesh, d) for d in mesh.labels}
-
-
-def to_mesh(tensors: Any, mesh: Any, stream: Any = None) -> Any:
-    """Move remote tensors to another mesh (pipeline stages). Not built yet."""
-    raise NotImplementedError("to_mesh is not built yet (issue 13, item 5): fetch the value "
-                              "with fetch_shard() and create it under the other mesh")
-
-
-def slice_mesh(tensors: Any, **coords: int) -> Any:
-    """Select the part of remote tensors on a slice of their mesh. Not built yet."""
-    raise NotImplementedError("slice_mesh is not built yet (issue 13, item 5)")

@@ -1,0 +1,135 @@
+"""``to_mesh`` and ``slice_mesh``: remote tensors from one device mesh to another.
+
+The values travel through the controller: ``to_mesh`` fetches each source rank's values
+(the one place besides a fetch where the controller waits) and sends each destination rank
+its own as a one-way message, ordered in the destination's stream like any op. Dims are
+matched by name; a destination dim the source lacks gets the same value along it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from .._api._future import Future
+from ._dispatch import fake_of, fake_only, meta_of
+from ._errors import bad_arguments
+from ._mesh import DeviceMesh, device_mesh_of
+from ._messages import OP, Ref
+from ._tensor import Tensor, make
+
+__all__ = ["slice_mesh", "to_mesh"]
+
+_STORE = "py:regency._tensor._transfer:stored"
+
+
+def stored(value: Any) -> Any:
+    """The worker function of a transfer: the value the controller sent this rank."""
+    return value
+
+
+def to_mesh(tensors: Any, mesh: Any, stream: Any = None) -> Any:
+    """The remote tensors of the pytree ``tensors``, moved to ``mesh`` (a ProcMesh or a
+    device mesh); other leaves stay as they are.
+
+    Dims are matched by name and must have equal sizes; a dim of the destination the source
+    lacks gets the same value along it (with a warning: the data is copied that many times).
+    A source dim the destination lacks is an error: take ``slice_mesh`` first.
+
+    Raises:
+        ValueError: the meshes' dims do not match.
+        TypeError: the tensors are on different meshes, or one was dropped.
+        RemoteException: a value failed on the source (raised here: it is fetched here).
+    """
+    dst = mesh if isinstance(mesh, DeviceMesh) else device_mesh_of(mesh)
+    return _move(tensors, dst, {}, stream, "to_mesh")
+
+
+def slice_mesh(tensors: Any, **coords: int) -> Any:
+    """The remote tensors of ``tensors`` on the slice of their mesh at ``coords`` (ints):
+    ``slice_mesh(t, gpus=1)`` is ``t`` on the procs whose ``gpus`` is 1, a mesh without
+    that dim. The values are copied to the slice's workers."""
+    leaves = [t for t in tree_flatten(tensors)[0] if isinstance(t, Tensor)]
+    if not leaves:
+        return tensors
+    src = leaves[0]._mesh
+    for d, c in coords.items():
+        if d not in src.sizes or type(c) is not int:
+            raise ValueError(f"slice_mesh({d}={c!r}): give an int coordinate for each of "
+                             f"some dims of {src.labels}")
+    src.rank_of({**dict.fromkeys(src.labels, 0), **coords})  # validates the ranges
+    dst = device_mesh_of(src.procs.slice(**coords))
+    return _move(tensors, dst, coords, None, "slice_mesh")
+
+
+def _move(tensors: Any, dst: DeviceMesh, fixed: dict[str, int], stream: Any,
+          where: str) -> Any:
+    leaves, spec = tree_flatten(tensors)
+    moving = [(i, t) for i, t in enumerate(leaves) if isinstance(t, Tensor)]
+    if not moving:
+        return tensors
+    src = moving[0][1]._mesh
+    if dst is src and not fixed and stream is None:
+        return tensors  # already there: nothing moves
+    problems = [(f"tensor {i}", "WRONG_MESH") for i, t in moving if t._mesh is not src]
+    problems += [(f"tensor {i}", "DROPPED") for i, t in moving if t._dropped]
+    if problems:
+        raise bad_arguments(where, problems)
+    lost = [d for d in src.labels if d not in dst.sizes and d not in fixed]
+    unequal = [d for d in src.labels if d in dst.sizes and dst.sizes[d] != src.sizes[d]]
+    if lost or unequal:
+        why = [f"dims {lost} are missing there (slice_mesh them first)"] if lost else []
+        why += [f"dims {unequal} differ in size"] if unequal else []
+        raise ValueError(f"{where}: the source mesh {src.sizes} does not fit the destination "
+                         f"{dst.sizes}: {' and '.join(why)}")
+    extra = [d for d in dst.labels if d not in src.sizes]
+    if extra:
+        warnings.warn(f"{where}: the destination's dims {extra} are not in the source; its "
+                      "value is copied along them", stacklevel=3)
+    values = _fetch_all(src, [Ref(t._ref) for _, t in moving], dst, fixed)
+    out = list(leaves)
+    refs: list[int | None] = []
+    for i, t in moving:
+        with fake_only():
+            fake = fake_of(t).clone()  # the layout the worker's copy has
+        ref = dst.new_ref()
+        refs.append(ref)
+        out[i] = make(dst, stream or t._stream, ref, meta_of(fake), fake)
+    fid = dst.function_id(_STORE, _STORE)
+    dst.flush()
+    seq = dst.issue_unbuffered()
+    for coords, value in values:
+        member = dst.workers.slice(**coords) if coords else dst.workers
+        member.run.broadcast([(OP, seq, fid, (value,), {}, refs, [])])
+    return tree_unflatten(out, spec)
+
+
+def _fetch_all(src: DeviceMesh, tree: list[Ref], dst: DeviceMesh,
+               fixed: dict[str, int]) -> list[tuple[dict[str, int], Any]]:
+    """Each destination rank's coordinates, with the source values it gets."""
+    futures: dict[tuple[int, ...], Future[Any]] = {}
+    plan: list[tuple[dict[str, int], tuple[int, ...]]] = []
+    for r in range(_size(dst)):
+        coords = _coords(dst, r)
+        at = tuple(coords[d] if d in coords else fixed[d] for d in src.labels)
+        if at not in futures:
+            futures[at] = src.fetch(tree, dict(zip(src.labels, at)))
+        plan.append((coords, at))
+    got = {at: f.get() for at, f in futures.items()}
+    return [(coords, got[at]) for coords, at in plan]
+
+
+def _size(mesh: DeviceMesh) -> int:
+    n = 1
+    for s in mesh.sizes.values():
+        n *= s
+    return n
+
+
+def _coords(mesh: DeviceMesh, rank: int) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for d in reversed(mesh.labels):
+        rank, out[d] = divmod(rank, mesh.sizes[d])
+    return dict(reversed(list(out.items())))
