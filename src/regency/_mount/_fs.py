@@ -106,7 +106,7 @@ def _operations(cache: BlockCache, ready: threading.Event) -> Any:
                 "st_ctime": mtime / 1e9, "st_atime": mtime / 1e9, "st_uid": uid,
                 "st_gid": gid, "st_nlink": 2 if stat.S_ISDIR(mode) else 1}
 
-    class Ops(fuse.Operations):  # type: ignore[misc,name-defined]
+    class Ops(fuse.Operations):  # type: ignore[name-defined]
         def init(self, path: str) -> None:
             ready.set()
 
