@@ -151,3 +151,55 @@ def test_remotemount_names_a_bad_source(tmp_path: Path) -> None:
 
     with pytest.raises(ValueError, match="is not a directory"):
         remotemount(None, str(tmp_path / "missing"))
+
+
+JOB_CONTROLLER = """
+import json, os, sys
+from regency.actor import Actor, endpoint
+from regency.job import LocalJob
+
+class Reader(Actor):
+    @endpoint
+    def read(self, paths):
+        return [open(p).read() for p in paths]
+
+src, mnt, cache = sys.argv[1:4]
+job = LocalJob(hosts=2, name="mounted", cache_dir=cache)
+job.remote_mount(src, mnt + "/$SUBDIR")
+hosts = job.state(cached_path=None).hosts
+pids = [pid for h in job._mount_handles for pid in h.pids]
+procs = hosts.spawn_procs()
+got = procs.spawn("r", Reader).read.call([mnt + "/hosts_0/a.txt", mnt + "/hosts_1/a.txt"])
+out = {"reads": [v for _, v in got.get(timeout=120).items()], "pids": pids}
+try:
+    job.remote_mount(src, meshes=["nope"])
+except ValueError as exc:
+    out["bad_mesh"] = str(exc)
+try:
+    job.gather_mount("/tmp/$SUBDIR", mnt + "/back")
+except NotImplementedError as exc:
+    out["gather"] = str(exc)
+job.kill()
+print("RESULT " + json.dumps(out), flush=True)
+"""
+
+
+def test_a_job_mounts_on_state_and_unmounts_on_kill(tmp_path: Path) -> None:
+    """``JobTrait.remote_mount`` declares; ``state()`` mounts on every host; ``kill()``
+    unmounts before stopping the workers."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_text("A\n")
+    mnt = tmp_path / "mnt"
+    (tmp_path / "controller.py").write_text(textwrap.dedent(JOB_CONTROLLER))
+    res = subprocess.run([sys.executable, str(tmp_path / "controller.py"), str(src),
+                          str(mnt), str(tmp_path / "cache")], capture_output=True,
+                         text=True, timeout=170)
+    line = next((x for x in res.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert line is not None, res.stdout + res.stderr
+    out = json.loads(line[len("RESULT "):])
+    assert out["reads"] == [["A\n", "A\n"], ["A\n", "A\n"]]
+    assert "no mesh named ['nope']" in out["bad_mesh"] and "['hosts']" in out["bad_mesh"]
+    assert "gather_mount is not implemented" in out["gather"]
+    assert _mounted_under(mnt) == []
+    assert all(_gone(pid) for pid in out["pids"])

@@ -251,7 +251,57 @@ class JobTrait:
                            f"{exc}{hint}") from exc
         self._state = JobState(meshes, name=self.name, workers=self._workers,
                                status=self._status)
+        self._open_mounts(meshes)
         return self._state
+
+    # -- mounts (Monarch's JobTrait.remote_mount / gather_mount) -------------------------------
+    def remote_mount(self, source: str, mntpoint: str | None = None,
+                     meshes: list[str] | None = None,
+                     python_exe: str | None = ".venv/bin/python", **kwargs: Any) -> None:
+        """Declare a local directory to show read-only on the workers through FUSE.
+
+        Nothing mounts now: the next :meth:`state` mounts it (``regency.remotemount``) on
+        the meshes named (default: all), and :meth:`kill` unmounts it. ``mntpoint`` defaults
+        to ``source``; ``$SUBDIR`` in it becomes each host's coordinates. ``kwargs`` go to
+        ``remotemount`` (``fanout``). ``python_exe`` is accepted for Monarch's signature;
+        regency's procs run their host's Python, so it is not used.
+        """
+        known = self._mesh_names()
+        bad = [m for m in meshes or [] if m not in known]
+        if bad:
+            raise ValueError(f"remote_mount: no mesh named {bad} in job {self.name}; its "
+                             f"meshes are {known}")
+        if not Path(source).is_dir():
+            raise ValueError(f"remote_mount: the source {source!r} is not a directory")
+        self.__dict__.setdefault("_mounts", []).append(
+            {"source": source, "mntpoint": mntpoint, "meshes": meshes, "kwargs": kwargs})
+
+    def gather_mount(self, remote_mount_point: str, local_mount_point: str,
+                     meshes: list[str] | None = None) -> None:
+        """Not available in regency yet: Monarch's gather mount (each host's directory shown
+        locally) is refused rather than silently skipped."""
+        raise NotImplementedError("gather_mount is not implemented in regency yet; copy the "
+                                  "files back with an actor endpoint, or use remote_mount "
+                                  "for the other direction")
+
+    def _open_mounts(self, meshes: Mapping[str, HostMesh]) -> None:
+        from .._mount._remote import remotemount
+
+        handles = self.__dict__.setdefault("_mount_handles", [])
+        for spec in self.__dict__.get("_mounts", []):
+            for name, mesh in meshes.items():
+                if spec["meshes"] is None or name in spec["meshes"]:
+                    handles.append(remotemount(mesh, spec["source"], spec["mntpoint"],
+                                               **spec["kwargs"]).open())
+
+    def _close_mounts(self) -> None:
+        handles = self.__dict__.pop("_mount_handles", [])
+        for handle in handles:
+            try:
+                handle.close()
+            except Exception as exc:  # noqa: BLE001 - the workers are stopped after this
+                log.warning("job %s: closing the mount %s failed: %s", self.name,
+                            handle.mntpoint, exc)
 
     def can_run(self, spec: JobTrait) -> bool:
         """Whether this (running) job can serve ``spec``: same kind and spec, workers alive."""
@@ -291,6 +341,7 @@ class JobTrait:
 
         The pickle this object saved (``state(cached_path)``) is removed too.
         """
+        self._close_mounts()
         if self._state is not None:
             for mesh in self._state._hosts.values():
                 try:
@@ -325,6 +376,7 @@ class JobTrait:
         state = dict(self.__dict__)
         state["_state"] = None
         state["_saved_to"] = None
+        state.pop("_mount_handles", None)
         return state
 
     def __enter__(self) -> JobTrait:
