@@ -31,6 +31,7 @@ SECRET = "remote-mount-test"
 CONTROLLER = """
 import errno, hashlib, json, os, sys
 from regency.actor import Actor, attach_to_workers, current_rank, endpoint
+from regency.gather_mount import gather_mount
 from regency.remotemount import remotemount
 
 class Reader(Actor):
@@ -51,11 +52,15 @@ class Reader(Actor):
 src, mnt = sys.argv[3], sys.argv[4]
 hosts = attach_to_workers(sys.argv[1:3])
 handler = remotemount(hosts, src, mnt).open()
+gathered = gather_mount(hosts, mnt, sys.argv[5])
+back = {k: open(os.path.join(sys.argv[5], k, "pkg", "small.txt")).read()
+        for k in sorted(os.listdir(sys.argv[5]))}
+gathered.close()
 procs = hosts.spawn_procs(per_host={"procs": 2})
 got = procs.spawn("readers", Reader).read.call(mnt).get(timeout=120)
 procs.stop().get(timeout=60)
 out = {"reads": [v for _, v in got.items()], "stats": handler.stats(),
-       "mountpoints": handler.mountpoints, "pids": handler.pids}
+       "mountpoints": handler.mountpoints, "pids": handler.pids, "back": back}
 handler.close()
 print("RESULT " + json.dumps(out), flush=True)
 hosts.shutdown().get(timeout=30)
@@ -124,8 +129,8 @@ def test_two_hosts_read_one_file_through_their_mounts(workers: list[str],
     env = {k: v for k, v in os.environ.items() if not k.startswith("REGENCY_SECRET")}
     env["REGENCY_SECRET"] = SECRET
     res = subprocess.run([sys.executable, str(tmp_path / "controller.py"), *workers,
-                          str(src), f"{mnt}/$SUBDIR"], env=env, capture_output=True,
-                         text=True, timeout=170)
+                          str(src), f"{mnt}/$SUBDIR", str(tmp_path / "back")], env=env,
+                         capture_output=True, text=True, timeout=170)
     line = next((x for x in res.stdout.splitlines() if x.startswith("RESULT ")), None)
     assert line is not None, res.stdout + res.stderr
     out = json.loads(line[len("RESULT "):])
@@ -138,7 +143,10 @@ def test_two_hosts_read_one_file_through_their_mounts(workers: list[str],
     # four procs on two hosts read 3 + 1 blocks: the controller read and cast each once
     small = len((src / "pkg" / "small.txt").read_bytes())
     assert out["stats"] == {"blocks": 4, "bytes": len(big) + small}
-    assert _mounted_under(mnt) == []
+    # gather_mount: each host's mount point, shown back here under its key
+    assert out["back"] == {"hosts_0": "hello from the controller\n",
+                           "hosts_1": "hello from the controller\n"}
+    assert _mounted_under(mnt) == [] and _mounted_under(tmp_path / "back") == []
     assert all(_gone(pid) for pid in out["pids"])
     deadline = time.monotonic() + 60  # libfuse's auto-unmount helper exits after its proc
     while _fuse_helpers(mnt) and time.monotonic() < deadline:
@@ -166,27 +174,26 @@ class Reader(Actor):
 src, mnt, cache = sys.argv[1:4]
 job = LocalJob(hosts=2, name="mounted", cache_dir=cache)
 job.remote_mount(src, mnt + "/$SUBDIR")
+job.gather_mount(mnt + "/$SUBDIR", mnt + "-back")
 hosts = job.state(cached_path=None).hosts
-pids = [pid for h in job._mount_handles for pid in h.pids]
+pids = [pid for h in job._mount_handles for pid in getattr(h, "pids", [])]
 procs = hosts.spawn_procs()
 got = procs.spawn("r", Reader).read.call([mnt + "/hosts_0/a.txt", mnt + "/hosts_1/a.txt"])
-out = {"reads": [v for _, v in got.get(timeout=120).items()], "pids": pids}
+out = {"reads": [v for _, v in got.get(timeout=120).items()], "pids": pids,
+       "back": sorted(os.listdir(mnt + "-back")),
+       "back_a": open(mnt + "-back/hosts_1/a.txt").read()}
 try:
     job.remote_mount(src, meshes=["nope"])
 except ValueError as exc:
     out["bad_mesh"] = str(exc)
-try:
-    job.gather_mount("/tmp/$SUBDIR", mnt + "/back")
-except NotImplementedError as exc:
-    out["gather"] = str(exc)
 job.kill()
 print("RESULT " + json.dumps(out), flush=True)
 """
 
 
 def test_a_job_mounts_on_state_and_unmounts_on_kill(tmp_path: Path) -> None:
-    """``JobTrait.remote_mount`` declares; ``state()`` mounts on every host; ``kill()``
-    unmounts before stopping the workers."""
+    """``JobTrait.remote_mount``/``gather_mount`` declare; ``state()`` mounts (on every
+    host, and here); ``kill()`` unmounts before stopping the workers."""
     src = tmp_path / "src"
     src.mkdir()
     (src / "a.txt").write_text("A\n")
@@ -199,7 +206,7 @@ def test_a_job_mounts_on_state_and_unmounts_on_kill(tmp_path: Path) -> None:
     assert line is not None, res.stdout + res.stderr
     out = json.loads(line[len("RESULT "):])
     assert out["reads"] == [["A\n", "A\n"], ["A\n", "A\n"]]
+    assert out["back"] == ["hosts_0", "hosts_1"] and out["back_a"] == "A\n"
     assert "no mesh named ['nope']" in out["bad_mesh"] and "['hosts']" in out["bad_mesh"]
-    assert "gather_mount is not implemented" in out["gather"]
-    assert _mounted_under(mnt) == []
+    assert _mounted_under(mnt) == []  # also mnt-back
     assert all(_gone(pid) for pid in out["pids"])

@@ -278,13 +278,19 @@ class JobTrait:
 
     def gather_mount(self, remote_mount_point: str, local_mount_point: str,
                      meshes: list[str] | None = None) -> None:
-        """Not available in regency yet: Monarch's gather mount (each host's directory shown
-        locally) is refused rather than silently skipped."""
-        raise NotImplementedError("gather_mount is not implemented in regency yet; copy the "
-                                  "files back with an actor endpoint, or use remote_mount "
-                                  "for the other direction")
+        """Declare the workers' ``remote_mount_point`` to show here, read-only, under
+        ``local_mount_point`` (one subdirectory per host; per mesh name too when several
+        meshes are gathered). The next :meth:`state` mounts it; :meth:`kill` unmounts it."""
+        known = self._mesh_names()
+        bad = [m for m in meshes or [] if m not in known]
+        if bad:
+            raise ValueError(f"gather_mount: no mesh named {bad} in job {self.name}; its "
+                             f"meshes are {known}")
+        self.__dict__.setdefault("_gathers", []).append(
+            {"remote": remote_mount_point, "local": local_mount_point, "meshes": meshes})
 
     def _open_mounts(self, meshes: Mapping[str, HostMesh]) -> None:
+        from .._mount._gather import gather_mount
         from .._mount._remote import remotemount
 
         handles = self.__dict__.setdefault("_mount_handles", [])
@@ -293,6 +299,12 @@ class JobTrait:
                 if spec["meshes"] is None or name in spec["meshes"]:
                     handles.append(remotemount(mesh, spec["source"], spec["mntpoint"],
                                                **spec["kwargs"]).open())
+        for spec in self.__dict__.get("_gathers", []):
+            chosen = [n for n in meshes if spec["meshes"] is None or n in spec["meshes"]]
+            for name in chosen:
+                local = spec["local"] if len(chosen) == 1 else \
+                    os.path.join(spec["local"], name)
+                handles.append(gather_mount(meshes[name], spec["remote"], local))
 
     def _close_mounts(self) -> None:
         handles = self.__dict__.pop("_mount_handles", [])
@@ -300,8 +312,7 @@ class JobTrait:
             try:
                 handle.close()
             except Exception as exc:  # noqa: BLE001 - the workers are stopped after this
-                log.warning("job %s: closing the mount %s failed: %s", self.name,
-                            handle.mntpoint, exc)
+                log.warning("job %s: closing a mount failed: %s", self.name, exc)
 
     def can_run(self, spec: JobTrait) -> bool:
         """Whether this (running) job can serve ``spec``: same kind and spec, workers alive."""

@@ -91,7 +91,7 @@ class BlockCache:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def _operations(cache: BlockCache, ready: threading.Event) -> Any:
+def cache_operations(cache: BlockCache, ready: threading.Event) -> Any:
     """An ``mfusepy.Operations`` serving ``cache`` read-only."""
     fuse = importlib.import_module("mfusepy")
     kids = children(cache.tree)
@@ -135,10 +135,13 @@ def _operations(cache: BlockCache, ready: threading.Event) -> Any:
 
 
 class FuseMount:
-    """A read-only FUSE mount of ``cache`` at ``mountpoint``, served by a thread."""
+    """A read-only FUSE mount at ``mountpoint``, served by a thread; ``make_ops(ready)``
+    builds its ``mfusepy.Operations`` (whose ``init`` sets ``ready``)."""
 
-    def __init__(self, cache: BlockCache, mountpoint: str) -> None:
-        self.cache = cache
+    def __init__(self, make_ops: Callable[[threading.Event], Any], mountpoint: str,
+                 on_stop: Callable[[], None] | None = None) -> None:
+        self.make_ops = make_ops
+        self.on_stop = on_stop
         self.mountpoint = mountpoint
         self.ready = threading.Event()
         self.error: BaseException | None = None
@@ -147,7 +150,7 @@ class FuseMount:
     def _serve(self) -> None:
         fuse = importlib.import_module("mfusepy")
         try:
-            fuse.FUSE(_operations(self.cache, self.ready), self.mountpoint, foreground=True,
+            fuse.FUSE(self.make_ops(self.ready), self.mountpoint, foreground=True,
                       ro=True, fsname="regency", auto_unmount=True, max_threads=16)
         except BaseException as exc:  # noqa: BLE001 - reported by start()
             self.error = exc
@@ -159,7 +162,7 @@ class FuseMount:
         os.makedirs(self.mountpoint, exist_ok=True)
         self.thread.start()
         if not self.ready.wait(timeout) or not self.thread.is_alive():
-            raise RuntimeError(f"remotemount: FUSE could not mount {self.mountpoint!r} "
+            raise RuntimeError(f"FUSE could not mount {self.mountpoint!r} "
                                f"({self.error or 'no answer'}); is /dev/fuse there and "
                                "fusermount3 (the fuse3 package) installed?")
 
@@ -170,4 +173,5 @@ class FuseMount:
             subprocess.run([tool, "-u", "-z", self.mountpoint], capture_output=True,
                            check=False, timeout=timeout)
             self.thread.join(timeout)
-        self.cache.close()
+        if self.on_stop is not None:
+            self.on_stop()

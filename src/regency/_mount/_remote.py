@@ -18,6 +18,7 @@ Theory of operation
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 from pathlib import Path
@@ -27,7 +28,7 @@ from .. import config
 from .._api._actor import Actor, endpoint
 from .._api._context import current_rank
 from .._api._proc_mesh import this_proc
-from ._fs import BlockCache, FuseMount
+from ._fs import BlockCache, FuseMount, cache_operations
 from ._tree import BLOCK, Tree, list_tree
 
 __all__ = ["MountHandler", "MountHost", "MountSource", "remotemount"]
@@ -85,14 +86,15 @@ class MountHost(Actor):
         self.tree = tree
         self.template = mntpoint
         self.fs: FuseMount | None = None
+        self.cache: BlockCache | None = None
 
     @endpoint
     def mount(self) -> tuple[str, int]:
         """Mount (``$SUBDIR`` in the mount point becomes this host's key); the path and
         the pid of the proc serving it."""
         path = self.template.replace("$SUBDIR", subdir_key(current_rank()))
-        cache = BlockCache(self.tree, self._ask)
-        self.fs = FuseMount(cache, path)
+        cache = self.cache = BlockCache(self.tree, self._ask)
+        self.fs = FuseMount(functools.partial(cache_operations, cache), path, cache.close)
         self.fs.start()
         return path, os.getpid()
 
@@ -102,8 +104,8 @@ class MountHost(Actor):
     @endpoint
     def deliver(self, path: str, block: int, data: bytes) -> None:
         """A block cast by the source."""
-        if self.fs is not None:
-            self.fs.cache.deliver(path, block, data)
+        if self.cache is not None:
+            self.cache.deliver(path, block, data)
 
     @endpoint
     def unmount(self) -> None:
