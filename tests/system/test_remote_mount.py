@@ -52,6 +52,10 @@ class Reader(Actor):
 
 src, mnt = sys.argv[3], sys.argv[4]
 hosts = attach_to_workers(sys.argv[1:3])
+try:
+    remotemount(hosts, src, os.path.join(src, "big.bin", "under-a-file")).open()
+except Exception as exc:
+    bad_mount = type(exc).__name__ + ": " + str(exc)
 handler = remotemount(hosts, src, mnt).open()
 gathered = gather_mount(hosts, mnt, sys.argv[5])
 back = {k: open(os.path.join(sys.argv[5], k, "pkg", "small.txt")).read()
@@ -61,7 +65,8 @@ procs = hosts.spawn_procs(per_host={"procs": 2})
 got = procs.spawn("readers", Reader).read.call(mnt).get(timeout=120)
 procs.stop().get(timeout=60)
 out = {"reads": [v for _, v in got.items()], "stats": handler.stats(),
-       "mountpoints": handler.mountpoints, "pids": handler.pids, "back": back}
+       "mountpoints": handler.mountpoints, "pids": handler.pids, "back": back,
+       "bad_mount": bad_mount}
 handler.close()
 print("RESULT " + json.dumps(out), flush=True)
 hosts.shutdown().get(timeout=30)
@@ -144,6 +149,7 @@ def test_two_hosts_read_one_file_through_their_mounts(workers: list[str],
     # four procs on two hosts read 3 + 1 blocks: the controller read and cast each once
     small = len((src / "pkg" / "small.txt").read_bytes())
     assert out["stats"] == {"blocks": 4, "bytes": len(big) + small}
+    assert "big.bin/under-a-file" in out["bad_mount"]  # a mount point that cannot be made
     # gather_mount: each host's mount point, shown back here under its key
     assert out["back"] == {"hosts_0": "hello from the controller\n",
                            "hosts_1": "hello from the controller\n"}

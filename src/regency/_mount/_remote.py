@@ -40,6 +40,7 @@ class MountSource(Actor):
     def __init__(self, root: str) -> None:
         self.root = Path(root).resolve()
         self.hosts: Any = None
+        self.tree: Tree = {}
         self.sent: set[tuple[str, int]] = set()
         self.read_bytes = 0
         self.blocks = 0
@@ -47,7 +48,8 @@ class MountSource(Actor):
     @endpoint
     def listing(self) -> Tree:
         """The tree of the directory, as the hosts serve it."""
-        return list_tree(self.root)
+        self.tree = list_tree(self.root)
+        return self.tree
 
     @endpoint
     def attach(self, hosts: Any) -> None:
@@ -58,8 +60,8 @@ class MountSource(Actor):
     def want(self, path: str, block: int) -> None:
         """A host lacks ``block`` of ``path``: read it once and cast it to every host."""
         key = (path, block)
-        if key in self.sent or self.hosts is None:
-            return
+        if key in self.sent or self.hosts is None or path not in self.tree:
+            return  # sent already (the cast answers this host too), or not ours to read
         self.sent.add(key)
         with open(os.path.join(self.root, path.lstrip("/")), "rb") as f:
             data = os.pread(f.fileno(), BLOCK, block * BLOCK)
@@ -152,14 +154,14 @@ class MountHandler:
         problem = fuse_available()
         if problem:
             raise RuntimeError(f"remotemount: cannot mount with FUSE here: {problem}")
-        self._source = this_proc().spawn("mount_source", MountSource, self.sourcepath)
-        tree = self._source.listing.call_one().get()
-        self._procs = self.host_mesh.spawn_procs(name="mount")
-        with config.configured(max_cast_fanout=self.fanout):
-            self._hosts = self._procs.spawn("mount", MountHost, self._source, tree,
-                                            self.mntpoint)
-        self._source.attach.call_one(self._hosts).get()
         try:
+            self._source = this_proc().spawn("mount_source", MountSource, self.sourcepath)
+            tree = self._source.listing.call_one().get()
+            self._procs = self.host_mesh.spawn_procs(name="mount")
+            with config.configured(max_cast_fanout=self.fanout):
+                self._hosts = self._procs.spawn("mount", MountHost, self._source, tree,
+                                                self.mntpoint)
+            self._source.attach.call_one(self._hosts).get()
             got = self._hosts.mount.call().get()
         except BaseException:
             self.close()
