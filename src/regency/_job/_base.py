@@ -251,7 +251,68 @@ class JobTrait:
                            f"{exc}{hint}") from exc
         self._state = JobState(meshes, name=self.name, workers=self._workers,
                                status=self._status)
+        self._open_mounts(meshes)
         return self._state
+
+    # -- mounts (Monarch's JobTrait.remote_mount / gather_mount) -------------------------------
+    def remote_mount(self, source: str, mntpoint: str | None = None,
+                     meshes: list[str] | None = None,
+                     python_exe: str | None = ".venv/bin/python", **kwargs: Any) -> None:
+        """Declare a local directory to show read-only on the workers through FUSE.
+
+        Nothing mounts now: the next :meth:`state` mounts it (``regency.remotemount``) on
+        the meshes named (default: all), and :meth:`kill` unmounts it. ``mntpoint`` defaults
+        to ``source``; ``$SUBDIR`` in it becomes each host's coordinates. ``kwargs`` go to
+        ``remotemount`` (``fanout``). ``python_exe`` is accepted for Monarch's signature;
+        regency's procs run their host's Python, so it is not used.
+        """
+        known = self._mesh_names()
+        bad = [m for m in meshes or [] if m not in known]
+        if bad:
+            raise ValueError(f"remote_mount: no mesh named {bad} in job {self.name}; its "
+                             f"meshes are {known}")
+        if not Path(source).is_dir():
+            raise ValueError(f"remote_mount: the source {source!r} is not a directory")
+        self.__dict__.setdefault("_mounts", []).append(
+            {"source": source, "mntpoint": mntpoint, "meshes": meshes, "kwargs": kwargs})
+
+    def gather_mount(self, remote_mount_point: str, local_mount_point: str,
+                     meshes: list[str] | None = None) -> None:
+        """Declare the workers' ``remote_mount_point`` to show here, read-only, under
+        ``local_mount_point`` (one subdirectory per host; per mesh name too when several
+        meshes are gathered). The next :meth:`state` mounts it; :meth:`kill` unmounts it."""
+        known = self._mesh_names()
+        bad = [m for m in meshes or [] if m not in known]
+        if bad:
+            raise ValueError(f"gather_mount: no mesh named {bad} in job {self.name}; its "
+                             f"meshes are {known}")
+        self.__dict__.setdefault("_gathers", []).append(
+            {"remote": remote_mount_point, "local": local_mount_point, "meshes": meshes})
+
+    def _open_mounts(self, meshes: Mapping[str, HostMesh]) -> None:
+        from .._mount._gather import gather_mount
+        from .._mount._remote import remotemount
+
+        handles = self.__dict__.setdefault("_mount_handles", [])
+        for spec in self.__dict__.get("_mounts", []):
+            for name, mesh in meshes.items():
+                if spec["meshes"] is None or name in spec["meshes"]:
+                    handles.append(remotemount(mesh, spec["source"], spec["mntpoint"],
+                                               **spec["kwargs"]).open())
+        for spec in self.__dict__.get("_gathers", []):
+            chosen = [n for n in meshes if spec["meshes"] is None or n in spec["meshes"]]
+            for name in chosen:
+                local = spec["local"] if len(chosen) == 1 else \
+                    os.path.join(spec["local"], name)
+                handles.append(gather_mount(meshes[name], spec["remote"], local))
+
+    def _close_mounts(self) -> None:
+        handles = self.__dict__.pop("_mount_handles", [])
+        for handle in handles:
+            try:
+                handle.close()
+            except Exception as exc:  # noqa: BLE001 - the workers are stopped after this
+                log.warning("job %s: closing a mount failed: %s", self.name, exc)
 
     def can_run(self, spec: JobTrait) -> bool:
         """Whether this (running) job can serve ``spec``: same kind and spec, workers alive."""
@@ -291,6 +352,7 @@ class JobTrait:
 
         The pickle this object saved (``state(cached_path)``) is removed too.
         """
+        self._close_mounts()
         if self._state is not None:
             for mesh in self._state._hosts.values():
                 try:
@@ -325,6 +387,7 @@ class JobTrait:
         state = dict(self.__dict__)
         state["_state"] = None
         state["_saved_to"] = None
+        state.pop("_mount_handles", None)
         return state
 
     def __enter__(self) -> JobTrait:
