@@ -53,7 +53,8 @@ def test_a_killed_rank_is_respawned_and_the_training_loop_goes_on(failures: list
         try:
             out = trainers.step.call(1).get(timeout=T)
         except SupervisionError as exc:
-            assert "gpus" in str(exc) or "rank" in str(exc)
+            # the rank's failure, or (a cast that raced the death) its lost connection
+            assert any(w in str(exc) for w in ("gpus", "rank", "connection lost")), exc
             respawned = procs.respawn(restore=restore)
             continue
         steps_done += 1
