@@ -137,7 +137,8 @@ class ActorBehavior:
                 _debug.call_ended()
             if self._status is not None:
                 self._status[:1] = b"\0"  # nothing in flight
-        self._apply_abort()
+        if self.aborting is not None:  # per message: only a test of one attribute
+            self._apply_abort()
         if self.failure is not None and not self.cleaned:
             self.cleanup(self.failed_exc)
         return None
@@ -189,7 +190,8 @@ class ActorBehavior:
                 _debug.call_ended()
             if self._status is not None:
                 self._status[:1] = b"\0"  # nothing in flight
-        self._apply_abort()
+        if self.aborting is not None:  # per message: only a test of one attribute
+            self._apply_abort()
         if self.failure is not None and not self.cleaned:
             await self._cleanup_async(self.failed_exc)
 
