@@ -1,4 +1,5 @@
-"""Adam under ``procs.activate()`` on CPU, and the GPU slots the controller gives workers.
+"""Adam under ``procs.activate()`` on CPU, the GPU slots the controller gives workers, and
+how a worker reads the CUDA devices named in ops (checked without a GPU).
 
 Real procs; every fetch bounded. Skips without torch.
 """
@@ -10,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from regency import fetch_shard  # noqa: E402
-from regency._tensor._mesh import device_mesh_of, gpu_slots  # noqa: E402
+from regency._tensor._mesh import gpu_slots  # noqa: E402
 from regency.actor import this_host  # noqa: E402
 
 T = 60
@@ -58,7 +59,6 @@ def test_plain_adam_is_refused_with_the_way_out(procs) -> None:
 def test_gpu_slots_follow_the_gpus_coordinate(procs) -> None:
     assert gpu_slots(procs) == [0, 1, 0, 1]
     assert gpu_slots(procs.slice(gpus=1)) == [1, 1]  # a slice keeps its procs' slots
-    assert device_mesh_of(procs).workers is not None
 
 
 def test_gpu_slots_without_a_gpus_dim_count_procs_on_the_host() -> None:
@@ -68,3 +68,20 @@ def test_gpu_slots_without_a_gpus_dim_count_procs_on_the_host() -> None:
         assert gpu_slots(procs.slice(procs=slice(1, 3))) == [1, 2]
     finally:
         procs.stop().get(timeout=T)
+
+
+def test_a_worker_reads_every_cuda_device_as_its_own() -> None:
+    from regency._tensor._devices import Lifted
+    from regency._tensor._worker import TensorWorker
+
+    worker = TensorWorker([0, 1])
+    worker.device = "its own"  # what a worker with CUDA holds: torch.device("cuda", slot)
+    args = (torch.device("cuda"), [torch.device("cuda", 3), torch.device("cpu")],
+            {"device": torch.device("cuda:0")})
+    assert worker._resolve(args) == ("its own", ["its own", torch.device("cpu")],
+                                      {"device": "its own"})
+    worker.device = None  # no CUDA here: the names stay, and torch fails the op there
+    assert worker._resolve(torch.device("cuda")) == torch.device("cuda")
+    worker.device = torch.device("cpu")  # stands in for a GPU: Lifted moves to it
+    moved = worker._resolve(Lifted(torch.arange(3.0), torch.device("cuda")))
+    assert moved.device.type == "cpu" and moved.tolist() == [0.0, 1.0, 2.0]
