@@ -102,11 +102,14 @@ class TensorWorker(Actor):
         for s in self.sizes.values():
             self.world *= s
         slot = self.gpu_slots[self.rank] if self.rank < len(self.gpu_slots) else self.rank
-        index = device_index(slot, torch.cuda.device_count()) if torch.cuda.is_available() \
-            else None
-        if index is not None:
-            self.device = torch.device("cuda", index)
-            torch.cuda.set_device(self.device)  # ``device="cuda"`` in remote functions
+        try:
+            index = device_index(slot, torch.cuda.device_count()) \
+                if torch.cuda.is_available() else None
+            if index is not None:
+                torch.cuda.set_device(index)  # ``device="cuda"`` in remote functions
+                self.device = torch.device("cuda", index)
+        except Exception:  # CUDA unusable here: CUDA ops fail on this rank, as RemoteExceptions
+            self.device = None
 
     # -- endpoints -------------------------------------------------------------------------
     @endpoint
