@@ -39,12 +39,14 @@ def pushed(mesh: Any) -> Iterator[None]:
     try:
         yield
     finally:
-        if mesh is not None:
-            mesh.flush()
-        _meshes.pop()
-        if not _meshes:
-            for _, leave in mode_hooks:
-                leave()
+        try:
+            if mesh is not None:
+                mesh.flush()
+        finally:  # a flush that fails (a dead proc) still leaves the block inactive
+            _meshes.pop()
+            if not _meshes:
+                for _, leave in mode_hooks:
+                    leave()
 
 
 def get_active_mesh() -> Any:

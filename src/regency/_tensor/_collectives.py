@@ -78,8 +78,9 @@ def reduce(tensors: Any, dims: str | tuple[str, ...] = (), reduction: str = "sum
     ``reduction`` is one of ``stack`` (all-gather: a new dim 0 of the dims' size), ``sum``,
     ``avg``, ``product``, ``min``, ``max``, ``band``, ``bor``, ``bxor`` (all-reduce: every
     member gets the result). ``scatter=True`` gives reduce-scatter (dim 0 must equal the
-    dims' size; each member keeps its slice) or, with ``stack``, all-to-all. Runs on CPU
-    through torch.distributed gloo groups.
+    dims' size; each member keeps its slice) or, with ``stack``, all-to-all. CPU tensors
+    go through torch.distributed gloo groups; CUDA tensors through NCCL when every member of
+    the group has a GPU of its own, else (ranks sharing a GPU) staged through CPU and gloo.
     """
     return tree_map(lambda t: reduce_tensor(t, dims, reduction, scatter, mesh, None, False)
                     if isinstance(t, Tensor) else t, tensors)
@@ -94,7 +95,9 @@ def reduce_(tensors: Any, dims: str | tuple[str, ...] = (), reduction: str = "su
 
 def process_group(device_mesh: Any, dims: str | tuple[str, ...]) -> GroupRef:
     """The torch.distributed group over ``dims``: pass it to a ``remote`` function, where it
-    is the worker's own ``ProcessGroup`` (gloo on CPU)."""
+    is the worker's own ``ProcessGroup``: gloo for CPU tensors and NCCL for CUDA tensors
+    when every member has a GPU of its own; gloo alone (which takes CUDA tensors for
+    all_reduce, broadcast and all_gather) when members share a GPU."""
     names = _dims(device_mesh, dims)
     device_mesh.ensure_comms()
     return GroupRef(names)

@@ -1,6 +1,9 @@
 """Worker-side collectives over gloo (or NCCL) process groups split by mesh dims.
 
-gloo has all_reduce and all_gather; reduce-scatter and all-to-all are built from them.
+gloo has all_reduce and all_gather; reduce-scatter and all-to-all are built from them. A
+CUDA tensor is reduced by NCCL when its group has NCCL (every member on a device of its
+own), except the bitwise reductions NCCL lacks; otherwise it is staged through CPU memory
+and reduced by gloo.
 """
 
 from __future__ import annotations
@@ -10,15 +13,39 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-__all__ = ["reduce"]
+__all__ = ["NCCL_GROUPS", "nccl_group_count", "reduce"]
+
+#: ids of this proc's groups that run CUDA collectives on NCCL (filled by the worker)
+NCCL_GROUPS: set[int] = set()
 
 _OPS = {"sum": "SUM", "avg": "SUM", "product": "PRODUCT", "min": "MIN", "max": "MAX",
         "band": "BAND", "bor": "BOR", "bxor": "BXOR"}
+
+def nccl_group_count() -> int:
+    """How many of this proc's groups run CUDA collectives on NCCL (a ``remote`` function
+    for tests and benchmarks: which backend was chosen)."""
+    return len(NCCL_GROUPS)
+
+
+#: reductions NCCL lacks: run by gloo on CPU copies even in an NCCL group
+_NOT_NCCL = frozenset({"band", "bor", "bxor"})
 
 
 def reduce(t: torch.Tensor, group: Any, reduction: str, scatter: bool,
            inplace: bool) -> torch.Tensor | None:
     """This rank's share of reducing ``t`` over ``group`` (see ``regency.reduce``)."""
+    if t.is_cuda and (id(group) not in NCCL_GROUPS or reduction in _NOT_NCCL):
+        out = _reduce(t.cpu(), group, reduction, scatter, False)
+        assert out is not None  # not in place: a value
+        if inplace:
+            t.copy_(out)
+            return None
+        return out.to(t.device)
+    return _reduce(t, group, reduction, scatter, inplace)
+
+
+def _reduce(t: torch.Tensor, group: Any, reduction: str, scatter: bool,
+            inplace: bool) -> torch.Tensor | None:
     n = dist.get_world_size(group)
     me = dist.get_rank(group)
     if reduction == "stack":

@@ -22,6 +22,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from . import _active
 from ._active import Stream
+from ._devices import Lifted
 from ._errors import bad_arguments
 from ._messages import Ref
 from ._tensor import Meta, Tensor, make
@@ -175,7 +176,7 @@ def run_op(mesh: Any, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     if lift:
         local = args[0]
         out = fake_mode.from_tensor(local)
-        margs = (local.detach().clone(),)
+        margs = (_shipped(local),)
     else:
         out = _propagate(func, args, kwargs)
     leaves, spec = tree_flatten(out)
@@ -195,16 +196,29 @@ def run_op(mesh: Any, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     return _define(mesh, stream, info, func, margs, mkwargs, spec, outs, mutates)
 
 
+def _shipped(local: torch.Tensor) -> Any:
+    """A tensor made on the controller (``torch.tensor(data)``), as the workers get it: a
+    copy; one on a device goes as a CPU copy that each worker moves to its own device."""
+    if local.device.type == "cpu":
+        return local.detach().clone()
+    return Lifted(local.detach().cpu(), local.device)
+
+
+_SCALAR_HINT = (" (From a torch.optim optimizer such as Adam? It reads its step count this "
+                "way; pass fused=True, or capturable=True on CUDA, to keep it a tensor.)")
+
+
 def _propagate(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     try:
         with fake_only():
             return func(*_fakes(args), **_fakes(kwargs))
     except (DataDependentOutputException, DynamicOutputShapeException) as exc:
+        hint = _SCALAR_HINT if func is torch.ops.aten._local_scalar_dense.default else ""
         raise DataDependent(
             f"{func} cannot run on a device mesh: its output's shape or value depends on the "
             f"data ({type(exc).__name__}), which the controller does not have. Fetch the "
             "value with fetch_shard()/inspect(), or do the work inside a remote() function "
-            "and inspect its result.") from None
+            f"and inspect its result.{hint}") from None
 
 
 def _mutated(info: _OpInfo, args: tuple[Any, ...]) -> list[int]:

@@ -20,10 +20,13 @@ import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
 from .._api._future import Future
+from .._api._process import runtime
+from .._api._state import api_state
 from .._api._value_mesh import ValueMesh
 from .._runtime._completion import Completion
 from ..errors import SupervisionError
 from . import _active
+from ._devices import host_ranks, local_rank
 from ._errors import Frames, RemoteException, format_frames
 from ._messages import DEFINE, DELETE, OP, WorkerError
 from ._worker import TensorWorker
@@ -58,6 +61,20 @@ def _frames() -> Frames:
     return tuple(out)
 
 
+def gpu_slots(procs: Any) -> list[int]:
+    """The GPU slot of each proc of ``procs`` (by its rank in ``procs``): its ``gpus``
+    coordinate in the proc mesh it was spawned as (a slice keeps its procs' slots), else its
+    index among that mesh's procs on the same host. Workers take it modulo their host's
+    device count."""
+    record = api_state(runtime()).proc_meshes.get(procs._uid)
+    root = record.shape if record is not None else procs._shape
+    agents = procs._host_agents
+    root_ranks = root.ranks()
+    on_host = dict(zip(root_ranks, host_ranks([agents[g] if g < len(agents) else g
+                                               for g in root_ranks])))
+    return [local_rank(root.coordinates(g), on_host[g]) for g in procs._shape.ranks()]
+
+
 class DeviceMesh:
     """The tensor engine of one proc mesh: issue ops, fetch values."""
 
@@ -65,7 +82,7 @@ class DeviceMesh:
         self.procs = procs
         self.labels: tuple[str, ...] = tuple(procs._shape.labels)
         self.sizes: dict[str, int] = dict(procs.sizes)
-        self.workers = procs.spawn("tensor_engine", TensorWorker)
+        self.workers = procs.spawn("tensor_engine", TensorWorker, gpu_slots(procs))
         self._buffer: list[tuple[Any, ...]] = []
         self._deletes: list[int] = []
         self._fn_ids: dict[Any, int] = {}

@@ -65,7 +65,8 @@ class Remote:
         first = dict.fromkeys(mesh.labels, 0)
         metas = self._call(mesh, args, kwargs, True, first).result()
         with fake_only():
-            out = tree_map(lambda m: torch.empty_strided(m[0], m[1], dtype=m[2])
+            out = tree_map(lambda m: torch.empty_strided(m[0], m[1], dtype=m[2],
+                                                         device=m[3] if len(m) > 3 else "cpu")
                            if isinstance(m, TensorMeta) else m, metas,
                            is_leaf=lambda m: isinstance(m, TensorMeta))
         self._cache[key] = out

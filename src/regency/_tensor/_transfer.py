@@ -25,9 +25,13 @@ __all__ = ["slice_mesh", "to_mesh"]
 _STORE = "py:regency._tensor._transfer:stored"
 
 
-def stored(value: Any) -> Any:
-    """The worker function of a transfer: the value the controller sent this rank."""
-    return value
+def stored(value: Any, devices: Any = None) -> Any:
+    """The worker function of a transfer: the value the controller sent this rank (fetched
+    to CPU), each tensor moved to its device in ``devices`` (a CUDA device there is this
+    worker's own)."""
+    if devices is None:
+        return value
+    return [v.to(d) if d.type != "cpu" else v for v, d in zip(value, devices)]
 
 
 def to_mesh(tensors: Any, mesh: Any, stream: Any = None) -> Any:
@@ -91,6 +95,7 @@ def _move(tensors: Any, dst: DeviceMesh, fixed: dict[str, int], stream: Any,
     values = _fetch_all(src, [Ref(t._ref) for _, t in moving], dst, fixed)
     out = list(leaves)
     refs: list[int | None] = []
+    devices = [t.device for _, t in moving]
     for i, t in moving:
         with fake_only():
             fake = fake_of(t).clone()  # the layout the worker's copy has
@@ -102,7 +107,7 @@ def _move(tensors: Any, dst: DeviceMesh, fixed: dict[str, int], stream: Any,
     seq = dst.issue_unbuffered()
     for coords, value in values:
         member = dst.workers.slice(**coords) if coords else dst.workers
-        member.run.broadcast([(OP, seq, fid, (value,), {}, refs, [])])
+        member.run.broadcast([(OP, seq, fid, (value, devices), {}, refs, [])])
     return tree_unflatten(out, spec)
 
 

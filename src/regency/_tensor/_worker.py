@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import io
 import pickle
+import socket
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +23,8 @@ from torch.utils._pytree import tree_leaves, tree_map
 
 from .._api._actor import Actor, endpoint
 from .._api._context import current_rank
+from . import _comm_ops
+from ._devices import Lifted, choose_backend, device_index, uses_nccl
 from ._messages import DEFINE, DELETE, OP, GroupRef, RankRef, Ref, WorkerError
 
 __all__ = ["TensorWorker", "resolve_function"]
@@ -61,10 +64,21 @@ class _Missing:
                            f"{self.why}")
 
 
-class TensorWorker(Actor):
-    """One per proc of a device mesh: runs batches of ops against a table of local values."""
+_DEVICE = torch.device
 
-    def __init__(self) -> None:
+
+class TensorWorker(Actor):
+    """One per proc of a device mesh: runs batches of ops against a table of local values.
+
+    ``gpu_slots[r]`` is the GPU slot of the proc of rank ``r`` (see ``_devices``): with CUDA,
+    this worker's device is ``cuda:<slot mod device count>``, made the proc's current device,
+    and every CUDA device named in an op (``cuda``, ``cuda:0``: what the controller's fake
+    tensors say) means it.
+    """
+
+    def __init__(self, gpu_slots: list[int] | None = None) -> None:
+        self.gpu_slots = gpu_slots or []
+        self.device: torch.device | None = None  # this worker's CUDA device, if any
         self.rank = -1
         self.coords: dict[str, int] = {}
         self.labels: tuple[str, ...] = ()
@@ -74,6 +88,7 @@ class TensorWorker(Actor):
         self.fns: dict[int, Callable[..., Any]] = {}
         self.names: dict[int, str] = {}
         self.groups: dict[tuple[str, ...], Any] = {}
+        self.device_ids: list[Any] | None = None  # by rank, gathered with the first group
         self.comms_error = "init_comms was never received"
         self.joined = False  # whether this worker started the proc's gloo world
 
@@ -86,6 +101,15 @@ class TensorWorker(Actor):
         self.sizes = dict(zip(self.labels, point.extent.sizes))
         for s in self.sizes.values():
             self.world *= s
+        slot = self.gpu_slots[self.rank] if self.rank < len(self.gpu_slots) else self.rank
+        try:
+            index = device_index(slot, torch.cuda.device_count()) \
+                if torch.cuda.is_available() else None
+            if index is not None:
+                torch.cuda.set_device(index)  # ``device="cuda"`` in remote functions
+                self.device = torch.device("cuda", index)
+        except Exception:  # CUDA unusable here: CUDA ops fail on this rank, as RemoteExceptions
+            self.device = None
 
     # -- endpoints -------------------------------------------------------------------------
     @endpoint
@@ -217,6 +241,10 @@ class TensorWorker(Actor):
             return self.group(x.dims)
         if t is RankRef:
             return self.linear_rank(x.dims)
+        if t is _DEVICE:
+            return self.device if x.type == "cuda" and self.device is not None else x
+        if t is Lifted:
+            return x.value.to(self._resolve(x.device))
         return x
 
     def linear_rank(self, dims: tuple[str, ...]) -> int:
@@ -235,17 +263,37 @@ class TensorWorker(Actor):
         if not self.joined:
             raise RuntimeError(f"collectives could not start on this worker:\n"
                                f"{self.comms_error}")
+        devices = self._devices()
+        nccl = dist.is_nccl_available()
         others = [d for d in self.labels if d not in dims]
         mine = None
         for key in _product([self.sizes[d] for d in others]):
             fixed = dict(zip(others, key))
             ranks = [self._rank_of({**fixed, **dict(zip(dims, c))})
                      for c in _product([self.sizes[d] for d in dims])]
-            g = dist.new_group(ranks)
+            backend = choose_backend([devices[r] for r in ranks], nccl)
+            g = dist.new_group(ranks, backend=backend)
             if self.rank in ranks:
                 mine = g
+                if uses_nccl(backend):
+                    _comm_ops.NCCL_GROUPS.add(id(g))
         self.groups[dims] = mine
         return mine
+
+    def _devices(self) -> list[Any]:
+        """The identity of every rank's CUDA device (``None``: no CUDA), gathered over the
+        world once, on every rank at the same point of the stream (the first group)."""
+        if self.device_ids is None:
+            mine = None
+            if self.device is not None:
+                props = torch.cuda.get_device_properties(self.device)
+                uuid = getattr(props, "uuid", None)
+                mine = str(uuid) if uuid is not None else \
+                    f"{socket.gethostname()}/cuda:{self.device.index}"
+            out: list[Any] = [None] * self.world
+            dist.all_gather_object(out, mine)
+            self.device_ids = out
+        return self.device_ids
 
     def _rank_of(self, coords: dict[str, int]) -> int:
         r = 0
@@ -267,12 +315,12 @@ def _product(sizes: list[int]) -> list[tuple[int, ...]]:
 
 
 class TensorMeta(tuple):  # type: ignore[type-arg,unused-ignore]
-    """(shape, stride, dtype) of a tensor a probed function returned."""
+    """(shape, stride, dtype, device type) of a tensor a probed function returned."""
 
 
 def _meta_leaf(x: Any) -> Any:
     if isinstance(x, torch.Tensor):
-        return TensorMeta((tuple(x.shape), tuple(x.stride()), x.dtype))
+        return TensorMeta((tuple(x.shape), tuple(x.stride()), x.dtype, x.device.type))
     return x
 
 
