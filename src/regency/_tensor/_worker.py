@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import io
 import pickle
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -22,7 +23,20 @@ from torch.utils._pytree import tree_leaves, tree_map
 
 from .._api._actor import Actor, endpoint
 from .._api._context import current_rank
-from ._messages import DEFINE, DELETE, OP, GroupRef, RankRef, Ref, WorkerError
+from .._api._process import runtime
+from . import _broker
+from ._messages import (
+    ACTOR,
+    BORROW,
+    BORROW_DROP,
+    DEFINE,
+    DELETE,
+    OP,
+    GroupRef,
+    RankRef,
+    Ref,
+    WorkerError,
+)
 
 __all__ = ["TensorWorker", "resolve_function"]
 
@@ -103,6 +117,18 @@ class TensorWorker(Actor):
                     pop(r, None)
             elif kind == DEFINE:
                 self._define(msg[1], msg[2])
+            elif kind == ACTOR:
+                self._actor(msg)
+            elif kind == BORROW:
+                _, _, ref, src = msg
+                self.table[ref] = self.table.get(src, WorkerError(
+                    msg[1], self.rank, "borrow", f"the borrowed value {src} is not defined "
+                    "on this worker (was it dropped?)"))
+            elif kind == BORROW_DROP:
+                err = self.table.get(msg[2])
+                if type(err) is WorkerError:  # the lender's values hold the borrow's error
+                    for ref in msg[3]:
+                        self.table[ref] = err
 
     @endpoint
     def fetch(self, tree: Any) -> tuple[str, Any]:
@@ -200,6 +226,39 @@ class TensorWorker(Actor):
         for ref in mutates:
             self.table[ref] = err
 
+    def _actor(self, msg: tuple[Any, ...]) -> None:
+        """Hand the values of a call's tensors to the actor on this proc; for ``.rref()``,
+        wait for the endpoint's value and keep its tensors (see ``_broker``)."""
+        _, seq, key, refs, ranks, results, mutates, uid, name = msg
+        if self.rank not in ranks:
+            return
+        values: Any
+        try:
+            values = self._resolve(refs)
+        except _Poisoned as p:
+            values = p.error
+        except KeyError as exc:
+            values = WorkerError(seq, self.rank, name, f"KeyError: {exc}: an argument is not "
+                                 "defined on this worker (was it dropped?)")
+        _broker.put_args(key, values)
+        if results is None:
+            return
+        if type(values) is WorkerError:
+            err = values
+        else:
+            status, out = _broker.take_result(key, _Gone(uid, name))
+            if status == "ok":
+                leaves = [x for x in tree_leaves(out) if isinstance(x, torch.Tensor)]
+                if len(leaves) == len(results):
+                    for ref, leaf in zip(results, leaves):
+                        self.table[ref] = leaf
+                    return
+                out = (f"{name} returned {len(leaves)} tensor(s), but its propagate function "
+                       f"said {len(results)}: make them agree")
+            err = WorkerError(seq, self.rank, name, out)
+        for ref in (*results, *mutates):
+            self.table[ref] = err
+
     def _resolve(self, x: Any) -> Any:
         t = type(x)
         if t is Ref:
@@ -252,6 +311,35 @@ class TensorWorker(Actor):
         for d in self.labels:
             r = r * self.sizes[d] + coords[d]
         return r
+
+
+class _Gone:
+    """Why the actor ``uid`` on this proc will never run a call (None: it still may). An
+    actor not here yet may still be starting: it counts as gone after ``MISSING_S``."""
+
+    MISSING_S = 30.0
+
+    def __init__(self, uid: str, name: str) -> None:
+        self.uid = uid
+        self.name = name
+        self.missing_since: float | None = None
+
+    def __call__(self) -> str | None:
+        cell = runtime().cells.get(self.uid)
+        behavior = getattr(cell, "behavior", None) if cell is not None else None
+        if behavior is None:
+            now = time.monotonic()
+            if self.missing_since is None:
+                self.missing_since = now
+            if now - self.missing_since < self.MISSING_S:
+                return None
+            return f"{self.name} could not run: its actor is not on this proc (stopped?)"
+        self.missing_since = None
+        if behavior.failure is not None:
+            return f"{self.name} could not run: its actor failed: {behavior.failure.cause}"
+        if behavior.stop_requested is not None:
+            return f"{self.name} could not run: its actor stopped ({behavior.stop_requested})"
+        return None
 
 
 def rank_value(rank: int) -> torch.Tensor:
