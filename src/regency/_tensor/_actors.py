@@ -35,6 +35,7 @@ from ._dispatch import _Args, _check_writes, _fakes, _refuse, fake_only, meta_of
 from ._errors import bad_arguments
 from ._messages import ACTOR, Ref
 from ._tensor import Tensor, make
+from ._worker import TensorWorker
 
 __all__ = ["install"]
 
@@ -45,8 +46,10 @@ def _hook(endpoint: Any, adverb: str, args: tuple[Any, ...], kwargs: dict[str, A
     """``_endpoint.tensor_calls``: send a call that holds remote tensors, or say it holds none."""
     if adverb == "rref":
         return rref(endpoint, args, kwargs)
-    if _endpoint.TENSOR_CALL in kwargs:
-        return _endpoint.NOT_TENSORS  # already converted: the adverb sends it
+    if _endpoint.TENSOR_CALL in kwargs or endpoint._mesh._cls is TensorWorker:
+        return _endpoint.NOT_TENSORS  # already converted, or the engine's own messages
+    if not _holds_tensor(args, 0) and not _holds_tensor(kwargs, 0):
+        return _endpoint.NOT_TENSORS
     leaves, spec = tree_flatten((args, kwargs))
     found = [i for i, x in enumerate(leaves) if isinstance(x, Tensor)]
     if not found:
@@ -78,6 +81,20 @@ def _hook(endpoint: Any, adverb: str, args: tuple[Any, ...], kwargs: dict[str, A
     if adverb == "stream":
         return iter([_translated(f, mesh) for f in sent])
     return _translated(sent, mesh)
+
+
+def _holds_tensor(x: Any, depth: int) -> bool:
+    """Whether a remote tensor is in ``x`` (tuples, lists, dicts; a quick look first, so a
+    call without tensors pays no pytree walk)."""
+    if isinstance(x, Tensor):
+        return True
+    if depth > 32:
+        return False
+    if isinstance(x, (tuple, list)):
+        return any(_holds_tensor(v, depth + 1) for v in x)
+    if isinstance(x, dict):
+        return any(_holds_tensor(v, depth + 1) for v in x.values())
+    return False
 
 
 def _check(endpoint: Any, tensors: list[Tensor], mesh: Any, stream: Any) -> None:
