@@ -73,6 +73,10 @@ class Keeper(Actor):
     def no_shapes(self, t: torch.Tensor) -> torch.Tensor:
         return t
 
+    @endpoint(propagate=lambda t: t)
+    def fatal(self, t: torch.Tensor) -> torch.Tensor:
+        raise SystemExit("the actor ends here")  # not an Exception: it fails the actor
+
     def scaled(self, t: torch.Tensor, k: float) -> torch.Tensor:
         return t * k
 
@@ -169,6 +173,18 @@ def test_a_failed_argument_fails_the_call_with_the_op_s_remote_exception(procs, 
     assert by_rank(keeper.totals.call().get(timeout=T))  # and answers plain calls
 
 
+def test_a_broadcast_with_a_failed_argument_skips_the_endpoint_not_the_actor(procs) -> None:
+    def fail(t):
+        raise ValueError("made to fail")
+
+    k = procs.spawn("skipper", Keeper)
+    broken = remote(fail, propagate=lambda t: t)
+    with procs.activate():
+        k.see.broadcast(broken(torch.ones(1)))
+        k.see.broadcast(torch.zeros(1))
+    assert by_rank(k.log.call().get(timeout=T)) == [[("tensor", [0.0])]] * 2
+
+
 def test_bad_tensor_arguments_are_refused_at_the_call(procs, keeper) -> None:
     side = Stream("side_args")
     with procs.activate():
@@ -229,6 +245,17 @@ def test_rref_failure_reaches_the_results_not_the_actor(procs, keeper) -> None:
     with pytest.raises(RemoteException, match="the endpoint broke"):
         fetch(after)
     assert fetch(ok).tolist() == [2.0]
+
+
+def test_rref_whose_actor_fails_fails_its_results_instead_of_hanging(
+        procs, unhandled_failures) -> None:
+    doomed = procs.spawn("doomed", Keeper)
+    with procs.activate():
+        out = doomed.fatal.rref(torch.ones(1))
+        after = out * 2
+    with pytest.raises(RemoteException, match="its actor failed"):
+        fetch(after)
+    unhandled_failures.wait_for("the actor ends here")
 
 
 def test_rref_needs_shapes_and_an_active_mesh(procs, keeper) -> None:
