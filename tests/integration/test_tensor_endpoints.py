@@ -70,8 +70,13 @@ class Keeper(Actor):
         raise ValueError("the endpoint broke")
 
     @endpoint
-    def no_shapes(self, t: torch.Tensor) -> torch.Tensor:
-        return t
+    def learnt(self, t: torch.Tensor) -> tuple[torch.Tensor, str, torch.Tensor]:
+        self.seen.append(("learnt", t.tolist()))
+        return t + 1, "tag", t.sum()
+
+    @endpoint
+    def unlearnable(self, t: torch.Tensor) -> torch.Tensor:
+        raise KeyError("no shapes to learn")
 
     @endpoint(propagate=lambda t: t)
     def fatal(self, t: torch.Tensor) -> torch.Tensor:
@@ -258,12 +263,25 @@ def test_rref_whose_actor_fails_fails_its_results_instead_of_hanging(
     unhandled_failures.wait_for("the actor ends here")
 
 
-def test_rref_needs_shapes_and_an_active_mesh(procs, keeper) -> None:
+def test_rref_without_propagate_learns_the_shapes_once_without_running_twice(procs) -> None:
+    k = procs.spawn("learner", Keeper)
     with procs.activate():
-        with pytest.raises(NotImplementedError, match="propagate"):
-            keeper.no_shapes.rref(torch.ones(1))
-        with no_mesh.activate(), pytest.raises(TypeError, match="active device mesh"):
-            keeper.double.rref(1)
+        x = torch.ones(2) * procs.rank_tensor("gpus")
+        first, tag, total = k.learnt.rref(x)  # waits for rank 0's shapes, once
+        assert tag == "tag" and first.shape == (2,) and total.shape == ()
+        again, _, _ = k.learnt.rref(x * 3)  # same input shapes: from the cache
+        out = again + total
+        with pytest.raises(RemoteException, match="no shapes to learn"):
+            k.unlearnable.rref(x)  # nothing to learn from: raised at the call
+    assert fetch(first, gpus=1).tolist() == [2.0, 2.0]
+    assert fetch(out, gpus=1).tolist() == [6.0, 6.0]
+    log = by_rank(k.log.call().get(timeout=T))
+    assert log[1] == [("learnt", [1.0, 1.0]), ("learnt", [3.0, 3.0])]  # ran once per call
+
+
+def test_rref_needs_an_active_mesh(procs, keeper) -> None:
+    with procs.activate(), no_mesh.activate(), pytest.raises(TypeError, match="active device"):
+        keeper.double.rref(1)
     with pytest.raises(TypeError, match="active device mesh"):
         keeper.double.rref(1)
 

@@ -12,7 +12,10 @@ that holds remote tensors goes out twice, in this order:
 
 ``rref`` calls every member the same way, with the result tensors' refs in the ``ACTOR``
 message: the worker waits for the endpoint's value and stores it, so the ops issued after the
-call see it. The shapes come from the endpoint's ``propagate`` function, run on fake tensors.
+call see it. The shapes come from the endpoint's ``propagate`` function, run on fake tensors;
+without one (``None``/``"cached"``) the first call for given input shapes runs once, every
+rank keeps its value, the controller reads the first rank's shapes (waiting for them) and
+names the tensors with a ``BIND`` message; later calls with those shapes use the cache.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import random
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_leaves, tree_unflatten
+from torch.utils._pytree import tree_flatten, tree_leaves, tree_map, tree_unflatten
 
 from .._api import _endpoint
 from .._api._actor import endpoints_of
@@ -33,13 +36,15 @@ from . import _active
 from ._broker import Arg, Mark, TensorArgumentFailed
 from ._dispatch import _Args, _check_writes, _fakes, _refuse, fake_only, meta_of
 from ._errors import bad_arguments
-from ._messages import ACTOR, Ref
+from ._messages import ACTOR, BIND, KEEP, Ref
 from ._tensor import Tensor, make
-from ._worker import TensorWorker
+from ._worker import TensorMeta, TensorWorker
 
 __all__ = ["install"]
 
 _keys = itertools.count(1)
+#: rref output trees (fake tensors) learnt by cached propagation, by endpoint and inputs
+_cached: dict[Any, Any] = {}
 
 
 def _hook(endpoint: Any, adverb: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -148,17 +153,21 @@ def rref(endpoint: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     mkwargs = {k: walk.convert(v, (k,)) for k, v in kwargs.items()}
     if walk.problems:
         raise _refuse(f"{endpoint._label}.rref", [], walk)
-    out, written = _shapes(propagate, args, kwargs, walk.tensors)
+    written: list[Tensor]
+    if propagate == "cached":
+        cache_key = (endpoint._mesh._uid, endpoint._name,
+                     tuple((t._meta, t.requires_grad) if isinstance(t, Tensor) else repr(t)
+                           for t in tree_leaves((args, kwargs))))
+        if cache_key not in _cached:
+            return _rref_learning(endpoint, mesh, margs, mkwargs, cache_key)
+        out, written = _cached[cache_key], []
+    else:
+        out, written = _shapes(propagate, args, kwargs, walk.tensors)
     if written:
         _check_writes(walk, [(("written",), t) for t in written])
         if walk.problems:
             raise _refuse(f"{endpoint._label}.rref", [], walk)
-    route = endpoint._mesh._route
-    ranks = mesh.worker_ranks(route.addrs)
-    if len(ranks) != len(mesh.workers._shape):
-        raise ValueError(f"{endpoint._label}.rref(): the actors must cover every proc of "
-                         f"{mesh!r}, since every rank keeps a result; call rref on the "
-                         "whole actor mesh spawned on those procs")
+    ranks = _all_ranks(endpoint, mesh)
     leaves, spec = tree_flatten(out)
     results: list[int] = []
     values: list[Any] = []
@@ -170,19 +179,66 @@ def rref(endpoint: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             values.append(make(mesh, stream, ref, meta_of(leaf), fake))
         else:
             values.append(leaf)
+    _send_rref(endpoint, mesh, margs, mkwargs, ranks, results, [t._ref for t in written])
+    return tree_unflatten(values, spec)
+
+
+def _send_rref(endpoint: Any, mesh: Any, margs: Any, mkwargs: Any, ranks: frozenset[int],
+               results: Any, mutates: list[int]) -> int:
+    """The actor call (its tensors as ``Arg``s), then its ``ACTOR`` message; the key."""
     key = next(_keys)
-    found = [n for n, x in enumerate(tree_leaves((margs, mkwargs))) if type(x) is Ref]
     arg_leaves, arg_spec = tree_flatten((margs, mkwargs))
+    found = [i for i, x in enumerate(arg_leaves) if type(x) is Ref]
     refs = [arg_leaves[i] for i in found]
     for n, i in enumerate(found):
         arg_leaves[i] = Arg(n)
     new_args, new_kwargs = tree_unflatten(arg_leaves, arg_spec)
     new_kwargs[_endpoint.TENSOR_CALL] = Mark(key, True, endpoint._label)
     endpoint.broadcast(*new_args, **new_kwargs)
-    mesh.issue_message(ACTOR, (key, refs, ranks, results, [t._ref for t in written],
-                               endpoint._mesh._uid, endpoint._label))
+    mesh.issue_message(ACTOR, (key, refs, ranks, results, mutates, endpoint._mesh._uid,
+                               endpoint._label))
     mesh.flush()
+    return key
+
+
+def _rref_learning(endpoint: Any, mesh: Any, margs: Any, mkwargs: Any, cache_key: Any) -> Any:
+    """``rref`` with cached propagation, the first time for these input shapes: the call
+    runs once, every rank keeps its value, the controller reads what the first rank's looks
+    like (waiting for it, as ``remote()`` does) and then names its tensors (``BIND``)."""
+    ranks = _all_ranks(endpoint, mesh)
+    key = _send_rref(endpoint, mesh, margs, mkwargs, ranks, KEEP, [])
+    try:
+        metas = mesh.kept_meta(key, dict.fromkeys(mesh.labels, 0)).result()
+    except BaseException:
+        mesh.issue_message(BIND, (key, None))  # the other ranks forget their values
+        raise
+    with fake_only():
+        out = tree_map(lambda m: torch.empty_strided(m[0], m[1], dtype=m[2])
+                       if isinstance(m, TensorMeta) else m, metas,
+                       is_leaf=lambda m: isinstance(m, TensorMeta))
+    _cached[cache_key] = out
+    stream = _active.get_active_stream()
+    leaves, spec = tree_flatten(out)
+    refs: list[int] = []
+    values: list[Any] = []
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor):
+            ref = mesh.new_ref()
+            refs.append(ref)
+            values.append(make(mesh, stream, ref, meta_of(leaf), leaf))
+        else:
+            values.append(leaf)
+    mesh.issue_message(BIND, (key, refs))
     return tree_unflatten(values, spec)
+
+
+def _all_ranks(endpoint: Any, mesh: Any) -> frozenset[int]:
+    ranks = mesh.worker_ranks(endpoint._mesh._route.addrs)
+    if len(ranks) != len(mesh.workers._shape):
+        raise ValueError(f"{endpoint._label}.rref(): the actors must cover every proc of "
+                         f"{mesh!r}, since every rank keeps a result; call rref on the "
+                         "whole actor mesh spawned on those procs")
+    return ranks
 
 
 def _propagate_of(endpoint: Any) -> Any:
@@ -191,14 +247,10 @@ def _propagate_of(endpoint: Any) -> Any:
         ep = endpoints_of(endpoint._mesh._cls).get(endpoint._name)
         prop = ep.propagate if ep is not None else None
     if prop is None or prop == "cached":
-        raise NotImplementedError(
-            f"{endpoint._label}.rref(): cached propagation is not implemented for actor "
-            "endpoints (running the endpoint to learn its outputs would run it twice); "
-            "declare its output shapes with @endpoint(propagate=fn), fn run on fake "
-            "tensors, or propagate='inspect' for an endpoint whose value is not kept")
+        return "cached"
     if prop != "inspect" and not callable(prop):
-        raise ValueError(f"{endpoint._label}: propagate must be a callable or 'inspect', "
-                         f"not {prop!r}")
+        raise ValueError(f"{endpoint._label}: propagate must be a callable, None, 'cached' "
+                         f"or 'inspect', not {prop!r} ('mocked' is not supported)")
     return prop
 
 

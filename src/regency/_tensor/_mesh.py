@@ -213,6 +213,16 @@ class DeviceMesh:
         call._completion.add_done_callback(lambda c: self._decode(c, done))
         return Future._from(done)
 
+    def kept_meta(self, key: int, coords: dict[str, int]) -> Future[Any]:
+        """A Future of what the ``.rref()`` value kept under ``key`` looks like on the rank
+        at ``coords`` (a tree with ``TensorMeta`` leaves for its tensors)."""
+        self.flush()
+        member = self.workers.slice(**coords) if coords else self.workers
+        call = member.kept_meta.call_one(key)
+        done = Completion(f"the shape of an rref value at {coords}")
+        call._completion.add_done_callback(lambda c: self._decode(c, done))
+        return Future._from(done)
+
     def call_values(self, fid: int, args: Any, kwargs: Any) -> Future[Any]:
         """A Future of the ValueMesh of a function's value on every rank."""
         self.flush()

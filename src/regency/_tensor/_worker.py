@@ -27,10 +27,12 @@ from .._api._process import runtime
 from . import _broker
 from ._messages import (
     ACTOR,
+    BIND,
     BORROW,
     BORROW_DROP,
     DEFINE,
     DELETE,
+    KEEP,
     OP,
     GroupRef,
     RankRef,
@@ -90,6 +92,7 @@ class TensorWorker(Actor):
         self.groups: dict[tuple[str, ...], Any] = {}
         self.comms_error = "init_comms was never received"
         self.joined = False  # whether this worker started the proc's gloo world
+        self.kept: dict[int, Any] = {}  # rref values whose outputs are not known yet
 
     def _locate(self) -> None:
         """Where this worker is in its mesh (known in endpoints, not yet in ``__init__``)."""
@@ -119,6 +122,8 @@ class TensorWorker(Actor):
                 self._define(msg[1], msg[2])
             elif kind == ACTOR:
                 self._actor(msg)
+            elif kind == BIND:
+                self._bind(msg)
             elif kind == BORROW:
                 _, _, ref, src = msg
                 self.table[ref] = self.table.get(src, WorkerError(
@@ -163,6 +168,20 @@ class TensorWorker(Actor):
         out = tree_map(_meta_leaf if probe else _local_copy, out)
         buf = io.BytesIO()
         pickle.dump(out, buf, protocol=5)
+        return ("ok", buf.getvalue())
+
+    @endpoint
+    def kept_meta(self, key: int) -> tuple[str, Any]:
+        """What the ``.rref()`` value kept under ``key`` looks like: ``("ok", pickled tree
+        with TensorMeta for tensors)`` or ``("error", WorkerError)``."""
+        value = self.kept.get(key)
+        if value is None:
+            return ("error", WorkerError(-1, self.rank, "rref", f"no value kept for call "
+                                         f"{key} on this worker"))
+        if type(value) is WorkerError:
+            return ("error", value)
+        buf = io.BytesIO()
+        pickle.dump(tree_map(_meta_leaf, value), buf, protocol=5)
         return ("ok", buf.getvalue())
 
     @endpoint
@@ -247,6 +266,10 @@ class TensorWorker(Actor):
             err = values
         else:
             status, out = _broker.take_result(key, _Gone(uid, name))
+            if results == KEEP:
+                self.kept[key] = out if status == "ok" else WorkerError(seq, self.rank, name,
+                                                                         out)
+                return
             if status == "ok":
                 leaves = [x for x in tree_leaves(out) if isinstance(x, torch.Tensor)]
                 if len(leaves) == len(results):
@@ -256,7 +279,31 @@ class TensorWorker(Actor):
                 out = (f"{name} returned {len(leaves)} tensor(s), but its propagate function "
                        f"said {len(results)}: make them agree")
             err = WorkerError(seq, self.rank, name, out)
+        if results == KEEP:
+            self.kept[key] = err
+            return
         for ref in (*results, *mutates):
+            self.table[ref] = err
+
+    def _bind(self, msg: tuple[Any, ...]) -> None:
+        """Store the tensors of a kept ``.rref()`` value under the refs the controller made
+        once it learnt the value's shape (or forget it: ``refs`` None)."""
+        _, seq, key, refs = msg
+        value = self.kept.pop(key, None)
+        if refs is None:
+            return
+        if value is None or type(value) is WorkerError:
+            err = value or WorkerError(seq, self.rank, "rref", "the value was not kept")
+        else:
+            leaves = [x for x in tree_leaves(value) if isinstance(x, torch.Tensor)]
+            if len(leaves) == len(refs):
+                for ref, leaf in zip(refs, leaves):
+                    self.table[ref] = leaf
+                return
+            err = WorkerError(seq, self.rank, "rref", f"the endpoint returned {len(leaves)} "
+                              f"tensor(s) here but {len(refs)} on the first rank: with "
+                              "cached propagation every rank must return the same structure")
+        for ref in refs:
             self.table[ref] = err
 
     def _resolve(self, x: Any) -> Any:
