@@ -20,4 +20,6 @@ def as_endpoint(not_an_endpoint: Any, *, propagate: Any = None,
     mesh = method._mesh
     fn = getattr(mesh._cls, method._name)
     params = list(inspect.signature(fn).parameters.values())[1 + int(explicit_response_port):]
-    return Endpoint(mesh, method._name, inspect.Signature(params))
+    ep: Endpoint[Any] = Endpoint(mesh, method._name, inspect.Signature(params))
+    ep._propagate = propagate
+    return ep

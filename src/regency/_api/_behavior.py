@@ -26,9 +26,14 @@ from .._wire import _messages as m
 from ..errors import MeshFailure, SupervisionError
 from ._actor import Actor, endpoints_of, is_async_actor
 from ._context import Context, Instance, _current, set_context
+from ._endpoint import TENSOR_CALL
 from ._ports import Port
 from ._proc_mesh import proc_mesh_of
 from ._sealed import seal
+
+#: (resolve, resolve_async), installed by the tensor engine's broker when a call brings
+#: remote tensors: wait for their local values and put them in the arguments (ADR 0025).
+tensor_call_hooks: Any = None
 
 
 class MessageContext(Context):
@@ -118,6 +123,8 @@ class ActorBehavior:
             _debug.call_started(self.class_name, name)
         try:
             fn, explicit, args, kwargs = self._prepare(name, port, frame)
+            if kwargs and TENSOR_CALL in kwargs:
+                fn, args, kwargs = tensor_call_hooks[0](fn, args, kwargs, port)
             result = fn(*args, **kwargs)
         except Exception as exc:
             if debug:
@@ -171,6 +178,8 @@ class ActorBehavior:
             _debug.call_started(self.class_name, name)
         try:
             fn, explicit, args, kwargs = self._prepare(name, port, frame)
+            if kwargs and TENSOR_CALL in kwargs:
+                fn, args, kwargs = await tensor_call_hooks[1](fn, args, kwargs, port)
             result = fn(*args, **kwargs)
             if inspect.isawaitable(result):
                 result = await result

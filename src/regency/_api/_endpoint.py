@@ -36,7 +36,14 @@ from ._value_mesh import ValueMesh
 if TYPE_CHECKING:  # annotations only: an endpoint belongs to a mesh, one layer up
     from ._actor_mesh import ActorMesh
 
-__all__ = ["Accumulator", "Endpoint", "send"]
+__all__ = ["TENSOR_CALL", "Accumulator", "Endpoint", "send"]
+
+#: The keyword argument that carries a call's remote tensors to the actor (ADR 0025).
+TENSOR_CALL = "__regency_tensor_call__"
+#: Set by the tensor engine while a device mesh is active: ``hook(endpoint, adverb, args,
+#: kwargs)`` sends a call whose arguments hold remote tensors, or returns ``NOT_TENSORS``.
+tensor_calls: Any = None
+NOT_TENSORS: Any = object()
 
 R = TypeVar("R")
 A = TypeVar("A")
@@ -44,6 +51,8 @@ A = TypeVar("A")
 
 class Endpoint(Generic[R]):
     """An endpoint of an actor mesh (or of a slice of it), carrying the adverbs."""
+
+    _propagate: Any = None  # as_endpoint(..., propagate=...): output shapes for ``rref``
 
     def __init__(self, mesh: ActorMesh, name: str, signature: inspect.Signature | None) -> None:
         self._mesh = mesh
@@ -55,6 +64,10 @@ class Endpoint(Generic[R]):
     # -- adverbs ---------------------------------------------------------------------------
     def call(self, *args: Any, **kwargs: Any) -> Future[ValueMesh[R]]:
         """Send to every member; a Future of the ValueMesh of their replies."""
+        if tensor_calls is not None:
+            sent = tensor_calls(self, "call", args, kwargs)
+            if sent is not NOT_TENSORS:
+                return sent
         route = self._mesh._route
         rt = runtime()
         collector = _Gather(rt, route, self._label, self._mesh._uid, self._name)
@@ -63,6 +76,10 @@ class Endpoint(Generic[R]):
 
     def call_one(self, *args: Any, **kwargs: Any) -> Future[R]:
         """Call a mesh of exactly one member; a Future of its reply."""
+        if tensor_calls is not None:
+            sent = tensor_calls(self, "call_one", args, kwargs)
+            if sent is not NOT_TENSORS:
+                return sent
         route = self._mesh._route
         if len(route.ranks) != 1:
             shape = route.shape
@@ -74,6 +91,10 @@ class Endpoint(Generic[R]):
 
     def choose(self, *args: Any, **kwargs: Any) -> Future[R]:
         """Send to one member picked at random; a Future of its reply."""
+        if tensor_calls is not None:
+            sent = tensor_calls(self, "choose", args, kwargs)
+            if sent is not NOT_TENSORS:
+                return sent
         shape = self._mesh._shape
         if len(shape) == 0:
             raise ValueError(f"choose on an empty mesh {self._mesh._name_text}")
@@ -81,6 +102,10 @@ class Endpoint(Generic[R]):
 
     def stream(self, *args: Any, **kwargs: Any) -> Iterator[Future[R]]:
         """Send to every member; yields one Future per member, in arrival order."""
+        if tensor_calls is not None:
+            sent = tensor_calls(self, "stream", args, kwargs)
+            if sent is not NOT_TENSORS:
+                return sent
         route = self._mesh._route
         rt = runtime()
         collector = _Stream(rt, route, self._label, self._mesh._uid, self._name)
@@ -90,11 +115,19 @@ class Endpoint(Generic[R]):
 
     def broadcast(self, *args: Any, **kwargs: Any) -> None:
         """Fire and forget to every member. An exception in the endpoint fails the actor."""
+        if tensor_calls is not None:
+            sent = tensor_calls(self, "broadcast", args, kwargs)
+            if sent is not NOT_TENSORS:
+                return sent
         self._send(runtime(), args, kwargs, None, self._mesh._route)
 
     def rref(self, *args: Any, **kwargs: Any) -> Any:
-        """Tensor-engine only; not available without an active device mesh."""
-        raise TypeError(f"{self._label}: remote functions require an active device mesh")
+        """Call every member in the op stream of the active device mesh; the result stays
+        remote (tensors shaped by the endpoint's ``propagate``). Needs an active mesh."""
+        if tensor_calls is None:
+            raise TypeError(f"{self._label}: remote functions require an active device mesh "
+                            "(`with procs.activate():`)")
+        return tensor_calls(self, "rref", args, kwargs)
 
     # -- internals -------------------------------------------------------------------------
     def _one(self, route: Route, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Future[R]:
@@ -134,6 +167,12 @@ class Endpoint(Generic[R]):
             low, high = self._positional
             if low <= len(args) <= high:
                 return  # the common case, without inspect's slow bind
+        if TENSOR_CALL in kwargs:  # the tensor engine's own argument, not the endpoint's
+            kwargs = {k: v for k, v in kwargs.items() if k != TENSOR_CALL}
+            if not kwargs and self._positional is not None:
+                low, high = self._positional
+                if low <= len(args) <= high:
+                    return
         try:
             self._signature.bind(*args, **kwargs)
         except TypeError as exc:

@@ -79,7 +79,8 @@ class Stream:
     """A logical stream of ops; every remote tensor belongs to one.
 
     Ops of one stream run in order. Workers run all streams of a mesh in one order today,
-    which keeps every stream's order (streams do not yet overlap).
+    which keeps every stream's order (streams do not yet overlap). A tensor belongs to one
+    stream; :meth:`borrow` lends it to another.
     """
 
     def __init__(self, name: str, _default: bool = False) -> None:
@@ -94,6 +95,20 @@ class Stream:
             yield
         finally:
             _streams.pop()
+
+    def borrow(self, t: Any, mutable: bool = False) -> tuple[Any, Any]:
+        """Lend remote tensor ``t`` to this stream: ``(borrowed_tensor, borrow)``.
+
+        The borrowed tensor names the same values on every rank, on this stream. With
+        ``mutable=False`` both streams may read and neither may write; with ``mutable=True``
+        this stream may read and write, and ``t`` cannot be used at all, until
+        ``borrow.drop()`` (or the end of ``with borrow:``). Breaking a rule is a
+        ``TypeError`` at the call that breaks it (``BORROWED``, ``MUTATING_BORROW``, and
+        ``DROPPED`` for the borrowed tensor after the drop).
+        """
+        from ._borrow import borrow  # imports torch: only once a tensor is borrowed
+
+        return borrow(self, t, mutable)
 
     def __repr__(self) -> str:
         return f"<regency.Stream {self.name!r}{' (default)' if self.default else ''}>"

@@ -22,6 +22,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from . import _active
 from ._active import Stream
+from ._borrow import share
 from ._devices import Lifted
 from ._errors import bad_arguments
 from ._messages import Ref
@@ -51,7 +52,7 @@ class DataDependent(TypeError):
 class _OpInfo:
     """What the engine needs to know about one aten overload (computed once)."""
 
-    __slots__ = ("cacheable", "mutated", "names", "spec")
+    __slots__ = ("cacheable", "mutated", "names", "spec", "view_of")
 
     def __init__(self, func: Any) -> None:
         schema = func._schema
@@ -61,6 +62,12 @@ class _OpInfo:
                         if a.alias_info is not None and a.alias_info.is_write]
         aliased = any(r.alias_info is not None for r in schema.returns)
         self.cacheable = not self.mutated and not aliased and func not in _LIFT
+        #: the argument a new output is a view of (its outputs share its borrow rights)
+        self.view_of: int | None = None
+        if any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns):
+            self.view_of = next((i for i, a in enumerate(schema.arguments)
+                                 if a.alias_info is not None and not a.alias_info.is_write),
+                                None)
 
 
 _INPUT, _NEW, _PLAIN = 0, 1, 2  # kinds of output leaf
@@ -96,17 +103,20 @@ class _Args:
         self.mesh = mesh
         self.stream = stream
         self.key: list[Any] = []
-        self.problems: list[tuple[tuple[Any, ...], str]] = []  # (path, rule): named lazily
+        self.problems: list[tuple[Any, ...]] = []  # (path, rule[, detail]): named lazily
         self.tensors: list[Tensor] = []
 
     def convert(self, x: Any, where: tuple[Any, ...], local_ok: bool = False) -> Any:
         if isinstance(x, Tensor):
             if x._dropped is not None:
-                self.problems.append((where, "DROPPED"))
+                self.problems.append((where, "DROPPED", f"dropped at (most recent call "
+                                      f"last):\n{x._dropped}"))
             elif x._mesh is not self.mesh:
                 self.problems.append((where, "WRONG_MESH"))
             elif x._stream is not self.stream:
                 self.problems.append((where, "WRONG_STREAM"))
+            elif x._access is not None and "r" not in x._access.mode:
+                self.problems.append((where, "BORROWED", x._access.where()))
             self.key.append(x._meta)
             self.tensors.append(x)
             return Ref(x._ref)
@@ -148,7 +158,17 @@ def _label(names: list[str], path: tuple[Any, ...]) -> str:
 
 
 def _refuse(where: str, names: list[str], walk: _Args) -> TypeError:
-    return bad_arguments(where, [(_label(names, p), code) for p, code in walk.problems])
+    return bad_arguments(where, [(_label(names, p[0]), *p[1:]) for p in walk.problems])
+
+
+def _check_writes(walk: _Args, written: list[tuple[tuple[Any, ...], Any]]) -> None:
+    """A tensor an op writes must be writable on its stream (not lent, not a read-only
+    borrow): else ``MUTATING_BORROW``. ``written``: (path, argument) pairs."""
+    for where, a in written:
+        for i, t in enumerate(a if isinstance(a, (list, tuple)) else (a,)):
+            if isinstance(t, Tensor) and t._access is not None and "w" not in t._access.mode:
+                path = (*where, i) if isinstance(a, (list, tuple)) else where
+                walk.problems.append((path, "MUTATING_BORROW", t._access.where()))
 
 
 def run_op(mesh: Any, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -161,6 +181,9 @@ def run_op(mesh: Any, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     lift = func in _LIFT
     margs = tuple([walk.convert(a, (i,), lift) for i, a in enumerate(args)])
     mkwargs = {k: walk.convert(v, (k,)) for k, v in kwargs.items()}
+    if info.mutated:
+        _check_writes(walk, [((i,), args[i]) if i < len(args) else ((n,), kwargs.get(n))
+                             for i, n in info.mutated])
     if walk.problems:
         raise _refuse(str(func), info.names, walk)
     key = None
@@ -193,7 +216,9 @@ def run_op(mesh: Any, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) 
             _cache.clear()
         _cache[key] = (spec, [(k, v, None) for k, v, _ in outs])
     mutates = _mutated(info, args)
-    return _define(mesh, stream, info, func, margs, mkwargs, spec, outs, mutates)
+    src = args[info.view_of] if info.view_of is not None and info.view_of < len(args) else None
+    return _define(mesh, stream, info, func, margs, mkwargs, spec, outs, mutates,
+                   src if isinstance(src, Tensor) else None)
 
 
 def _shipped(local: torch.Tensor) -> Any:
@@ -233,14 +258,18 @@ def _mutated(info: _OpInfo, args: tuple[Any, ...]) -> list[int]:
 
 
 def _define(mesh: Any, stream: Stream, info: _OpInfo, func: Any, margs: Any, mkwargs: Any,
-            spec: Any, outs: list[tuple[int, Any, Any]], mutates: list[int]) -> Any:
+            spec: Any, outs: list[tuple[int, Any, Any]], mutates: list[int],
+            view_of: Tensor | None = None) -> Any:
     results: list[int | None] = []
     values: list[Any] = []
     for kind, value, fake in outs:
         if kind == _NEW:
             ref = mesh.new_ref()
             results.append(ref)
-            values.append(make(mesh, stream, ref, value, fake))
+            out = make(mesh, stream, ref, value, fake)
+            if view_of is not None:
+                share(out, view_of)
+            values.append(out)
         else:  # an input the op wrote into and returned, or a plain value
             results.append(None)
             values.append(value)
@@ -257,6 +286,8 @@ def issue_python(mesh: Any, key: Any, spec: str | bytes, args: tuple[Any, ...],
     walk = _Args(mesh, stream)
     margs = tuple([walk.convert(a, (i,)) for i, a in enumerate(args)])
     mkwargs = {k: walk.convert(v, (k,)) for k, v in kwargs.items()}
+    if mutates:
+        _check_writes(walk, [(("mutates", i), t) for i, t in enumerate(mutates)])
     if walk.problems:
         raise _refuse(getattr(key, "__name__", str(key)), [], walk)
     leaves, tspec = tree_flatten(out)

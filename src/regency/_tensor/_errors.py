@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import linecache
+import traceback
 from collections.abc import Sequence
 from types import CodeType
 
-__all__ = ["RULES", "Frames", "RemoteException", "bad_arguments", "format_frames"]
+__all__ = ["RULES", "Frames", "RemoteException", "bad_arguments", "format_frames", "user_stack"]
 
 #: (code, line) pairs of the controller frames where an op was issued, innermost first.
 Frames = tuple[tuple[CodeType, int], ...]
@@ -23,15 +24,30 @@ RULES = {
     "DROPPED": "the tensor was dropped (drop() or deleted); it can no longer be used",
     "NO_MESH": "a remote tensor was used with no device mesh active; use it inside "
                "`with mesh.activate():` of its mesh, or fetch it with fetch_shard()",
+    "BORROWED": "the tensor (or a view of it) is borrowed mutably by another stream: it "
+                "cannot be used until that borrow is dropped (borrow.drop())",
+    "MUTATING_BORROW": "the tensor would be written, but it is read-only while it is "
+                       "borrowed: it is lent to another stream, or it is an immutable borrow "
+                       "(drop the borrow first, or borrow it with mutable=True)",
 }
 
 
-def bad_arguments(where: str, problems: Sequence[tuple[str, str]]) -> TypeError:
-    """The ``TypeError`` for remote-op arguments that break a rule: ``(argument, code)``."""
+def bad_arguments(where: str, problems: Sequence[tuple[str, ...]]) -> TypeError:
+    """The ``TypeError`` for remote-op arguments that break a rule: ``(argument, code)``,
+    or ``(argument, code, detail)`` where ``detail`` (e.g. where a borrow was made) follows."""
     lines = [f"Incorrect arguments to regency operation {where}:"]
-    for name, code in problems:
+    for name, code, *detail in problems:
         lines.append(f"  {name}: {code}: {RULES[code]}")
+        lines.extend(f"    {d}" for text in detail for d in text.rstrip().splitlines())
     return TypeError("\n".join(lines))
+
+
+def user_stack(limit: int = 4) -> str:
+    """The caller's stack as traceback text, without regency's and torch's own frames
+    (where a tensor was dropped, where a borrow was made)."""
+    picked = [f for f in traceback.extract_stack()[:-1]
+              if "/regency/_" not in f.filename and "/torch/" not in f.filename]
+    return "".join(traceback.format_list(picked[-limit:]))
 
 
 def format_frames(frames: Frames | None) -> str:

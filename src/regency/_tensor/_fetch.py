@@ -34,6 +34,8 @@ def fetch_shard(obj: Any, shard: dict[str, int] | None = None, **coords: int) ->
     mesh = tensors[0]._mesh
     problems = [(f"tensor {i}", "WRONG_MESH") for i, t in enumerate(tensors) if t._mesh is not mesh]
     problems += [(f"tensor {i}", "DROPPED") for i, t in enumerate(tensors) if t._dropped]
+    problems += [(f"tensor {i}", "BORROWED") for i, t in enumerate(tensors)
+                 if t._access is not None and "r" not in t._access.mode]
     if problems:
         raise bad_arguments("fetch_shard", problems)
     if where:

@@ -90,6 +90,7 @@ class DeviceMesh:
         self._next_ref = 0
         self._seq = 0
         self._comms = False
+        self._addr_ranks: dict[str, int] | None = None
 
     # -- activation ------------------------------------------------------------------------
     def activate(self) -> contextlib.AbstractContextManager[None]:
@@ -123,6 +124,36 @@ class DeviceMesh:
         if len(buf) >= BATCH and not _coalescing[0]:
             self.flush()
         return seq
+
+    def issue_message(self, kind: int, fields: tuple[Any, ...], flush: bool = True) -> int:
+        """Append ``(kind, seq, *fields)`` to the stream (with the caller's frames); its seq.
+        ``flush=False`` never sends from here (for use from finalizers)."""
+        seq = self._seq = self._seq + 1
+        self._frames[seq] = _frames()
+        self._buffer.append((kind, seq, *fields))
+        if flush and len(self._buffer) >= BATCH and not _coalescing[0]:
+            self.flush()
+        return seq
+
+    def worker_ranks(self, addrs: Any) -> frozenset[int]:
+        """The ranks of this mesh's workers on the procs at ``addrs``.
+
+        Raises:
+            ValueError: a proc is not part of this mesh.
+        """
+        table = self._addr_ranks
+        if table is None:
+            procs = self.procs
+            table = self._addr_ranks = {
+                procs._proc_addrs[g]: i for i, g in enumerate(procs._shape.ranks())}
+        missing = [a for a in addrs if a not in table]
+        if missing:
+            raise ValueError(
+                f"remote tensors of {self!r} were sent to actors on procs outside that mesh "
+                f"({len(missing)} of {len(addrs)}): an actor gets its own proc's local "
+                "tensor, so call actors spawned on the procs of the tensors' mesh "
+                "(procs.spawn(...)), or move the tensors there with to_mesh()")
+        return frozenset(table[a] for a in addrs)
 
     def issue_unbuffered(self) -> int:
         """A seq (with the caller's frames) for an op the caller sends itself, rank by rank
@@ -196,6 +227,16 @@ class DeviceMesh:
         member = self.workers.slice(**coords) if coords else self.workers
         call = member.call_value.call_one(fid, args, kwargs, probe)
         done = Completion(f"remote function value at {coords}")
+        call._completion.add_done_callback(lambda c: self._decode(c, done))
+        return Future._from(done)
+
+    def kept_meta(self, key: int, coords: dict[str, int]) -> Future[Any]:
+        """A Future of what the ``.rref()`` value kept under ``key`` looks like on the rank
+        at ``coords`` (a tree with ``TensorMeta`` leaves for its tensors)."""
+        self.flush()
+        member = self.workers.slice(**coords) if coords else self.workers
+        call = member.kept_meta.call_one(key)
+        done = Completion(f"the shape of an rref value at {coords}")
         call._completion.add_done_callback(lambda c: self._decode(c, done))
         return Future._from(done)
 

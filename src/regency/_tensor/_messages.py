@@ -8,17 +8,33 @@ A batch is a list of tuples, each starting with its kind:
 * ``(DEFINE, fn_id, name_or_pickle)``: name a function once (``"aten.add.Tensor"``,
   ``"module:qualname"``, or cloudpickled bytes).
 * ``(DELETE, refs)``: forget these refs.
+* ``(ACTOR, seq, key, refs, ranks, results, mutates, actor_uid, name)``: hand the values of
+  ``refs`` to the actor call ``key`` on this proc (ranks in ``ranks`` only); with ``results``
+  (``.rref()``), wait for the endpoint's value and store its tensors under ``results``.
+  ``results`` may be ``KEEP``: keep the whole value under ``key`` for a ``BIND``.
+* ``(BIND, seq, key, refs)``: store the tensors of the value kept under ``key`` under
+  ``refs`` (``None``: forget it).
+* ``(BORROW, seq, ref, src)``: ``ref`` names the value of ``src`` (a borrow to a stream).
+* ``(BORROW_DROP, seq, ref, origin_refs)``: a mutable borrow ends: an error in ``ref``
+  reaches ``origin_refs``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["DEFINE", "DELETE", "OP", "GroupRef", "RankRef", "Ref", "WorkerError"]
+__all__ = ["ACTOR", "BIND", "BORROW", "BORROW_DROP", "DEFINE", "DELETE", "KEEP", "OP",
+           "GroupRef", "RankRef", "Ref", "WorkerError"]
 
 OP = 0
 DEFINE = 1
 DELETE = 2
+ACTOR = 3
+BORROW = 4
+BORROW_DROP = 5
+BIND = 6
+#: ``results`` of an ``ACTOR`` message whose outputs are not known yet (cached propagation)
+KEEP = -1
 
 
 class Ref:

@@ -7,13 +7,12 @@ made on first use. Dropping it (``drop()`` or garbage collection) queues a batch
 
 from __future__ import annotations
 
-import traceback
 from typing import Any
 
 import torch
 
 from ._active import Stream
-from ._errors import RULES
+from ._errors import RULES, user_stack
 
 __all__ = ["Meta", "Tensor", "make"]
 
@@ -30,6 +29,7 @@ class Tensor(torch.Tensor):
     _meta: Meta
     _fake: Any
     _dropped: str | None
+    _access: Any  # the Access of its storage on its stream (views share one); None: plain
 
     __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment,unused-ignore]
 
@@ -41,7 +41,7 @@ class Tensor(torch.Tensor):
     def drop(self) -> None:
         """Free this value on every rank now; using the tensor afterwards is a TypeError."""
         if self._dropped is None:
-            self._dropped = "".join(traceback.format_stack(limit=8)[:-1])
+            self._dropped = user_stack()
             self._mesh.delete(self._ref)
 
     @property
@@ -80,6 +80,12 @@ class Tensor(torch.Tensor):
         """This tensor on a slice of its mesh; see :func:`regency.slice_mesh`."""
         from ._transfer import slice_mesh
         return slice_mesh(self, **coords)  # type: ignore[no-any-return,unused-ignore]
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError(
+            f"{self!r} cannot be pickled: a remote tensor has no data here. Pass it to an "
+            "actor endpoint under `with mesh.activate():` of its mesh (each actor then gets "
+            "its rank's local tensor), or fetch it with fetch_shard()")
 
     def __del__(self) -> None:
         if getattr(self, "_dropped", "x") is None:
@@ -187,4 +193,5 @@ def make(mesh: Any, stream: Stream, ref: int, meta: Meta, fake: Any) -> Tensor:
     t._meta = meta
     t._fake = fake
     t._dropped = None
+    t._access = None
     return t

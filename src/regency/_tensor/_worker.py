@@ -12,6 +12,7 @@ import importlib
 import io
 import pickle
 import socket
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -23,9 +24,23 @@ from torch.utils._pytree import tree_leaves, tree_map
 
 from .._api._actor import Actor, endpoint
 from .._api._context import current_rank
-from . import _comm_ops
+from .._api._process import runtime
+from . import _broker, _comm_ops
 from ._devices import Lifted, choose_backend, device_index, uses_nccl
-from ._messages import DEFINE, DELETE, OP, GroupRef, RankRef, Ref, WorkerError
+from ._messages import (
+    ACTOR,
+    BIND,
+    BORROW,
+    BORROW_DROP,
+    DEFINE,
+    DELETE,
+    KEEP,
+    OP,
+    GroupRef,
+    RankRef,
+    Ref,
+    WorkerError,
+)
 
 __all__ = ["TensorWorker", "resolve_function"]
 
@@ -91,6 +106,7 @@ class TensorWorker(Actor):
         self.device_ids: list[Any] | None = None  # by rank, gathered with the first group
         self.comms_error = "init_comms was never received"
         self.joined = False  # whether this worker started the proc's gloo world
+        self.kept: dict[int, Any] = {}  # rref values whose outputs are not known yet
 
     def _locate(self) -> None:
         """Where this worker is in its mesh (known in endpoints, not yet in ``__init__``)."""
@@ -127,6 +143,20 @@ class TensorWorker(Actor):
                     pop(r, None)
             elif kind == DEFINE:
                 self._define(msg[1], msg[2])
+            elif kind == ACTOR:
+                self._actor(msg)
+            elif kind == BIND:
+                self._bind(msg)
+            elif kind == BORROW:
+                _, _, ref, src = msg
+                self.table[ref] = self.table.get(src, WorkerError(
+                    msg[1], self.rank, "borrow", f"the borrowed value {src} is not defined "
+                    "on this worker (was it dropped?)"))
+            elif kind == BORROW_DROP:
+                err = self.table.get(msg[2])
+                if type(err) is WorkerError:  # the lender's values hold the borrow's error
+                    for ref in msg[3]:
+                        self.table[ref] = err
 
     @endpoint
     def fetch(self, tree: Any) -> tuple[str, Any]:
@@ -161,6 +191,20 @@ class TensorWorker(Actor):
         out = tree_map(_meta_leaf if probe else _local_copy, out)
         buf = io.BytesIO()
         pickle.dump(out, buf, protocol=5)
+        return ("ok", buf.getvalue())
+
+    @endpoint
+    def kept_meta(self, key: int) -> tuple[str, Any]:
+        """What the ``.rref()`` value kept under ``key`` looks like: ``("ok", pickled tree
+        with TensorMeta for tensors)`` or ``("error", WorkerError)``."""
+        value = self.kept.get(key)
+        if value is None:
+            return ("error", WorkerError(-1, self.rank, "rref", f"no value kept for call "
+                                         f"{key} on this worker"))
+        if type(value) is WorkerError:
+            return ("error", value)
+        buf = io.BytesIO()
+        pickle.dump(tree_map(_meta_leaf, value), buf, protocol=5)
         return ("ok", buf.getvalue())
 
     @endpoint
@@ -222,6 +266,67 @@ class TensorWorker(Actor):
             if ref is not None:
                 self.table[ref] = err
         for ref in mutates:
+            self.table[ref] = err
+
+    def _actor(self, msg: tuple[Any, ...]) -> None:
+        """Hand the values of a call's tensors to the actor on this proc; for ``.rref()``,
+        wait for the endpoint's value and keep its tensors (see ``_broker``)."""
+        _, seq, key, refs, ranks, results, mutates, uid, name = msg
+        if self.rank not in ranks:
+            return
+        values: Any
+        try:
+            values = self._resolve(refs)
+        except _Poisoned as p:
+            values = p.error
+        except KeyError as exc:
+            values = WorkerError(seq, self.rank, name, f"KeyError: {exc}: an argument is not "
+                                 "defined on this worker (was it dropped?)")
+        _broker.put_args(key, values)
+        if results is None:
+            return
+        if type(values) is WorkerError:
+            err = values
+        else:
+            status, out = _broker.take_result(key, _Gone(uid, name))
+            if results == KEEP:
+                self.kept[key] = out if status == "ok" else WorkerError(seq, self.rank, name,
+                                                                         out)
+                return
+            if status == "ok":
+                leaves = [x for x in tree_leaves(out) if isinstance(x, torch.Tensor)]
+                if len(leaves) == len(results):
+                    for ref, leaf in zip(results, leaves):
+                        self.table[ref] = leaf
+                    return
+                out = (f"{name} returned {len(leaves)} tensor(s), but its propagate function "
+                       f"said {len(results)}: make them agree")
+            err = WorkerError(seq, self.rank, name, out)
+        if results == KEEP:
+            self.kept[key] = err
+            return
+        for ref in (*results, *mutates):
+            self.table[ref] = err
+
+    def _bind(self, msg: tuple[Any, ...]) -> None:
+        """Store the tensors of a kept ``.rref()`` value under the refs the controller made
+        once it learnt the value's shape (or forget it: ``refs`` None)."""
+        _, seq, key, refs = msg
+        value = self.kept.pop(key, None)
+        if refs is None:
+            return
+        if value is None or type(value) is WorkerError:
+            err = value or WorkerError(seq, self.rank, "rref", "the value was not kept")
+        else:
+            leaves = [x for x in tree_leaves(value) if isinstance(x, torch.Tensor)]
+            if len(leaves) == len(refs):
+                for ref, leaf in zip(refs, leaves):
+                    self.table[ref] = leaf
+                return
+            err = WorkerError(seq, self.rank, "rref", f"the endpoint returned {len(leaves)} "
+                              f"tensor(s) here but {len(refs)} on the first rank: with "
+                              "cached propagation every rank must return the same structure")
+        for ref in refs:
             self.table[ref] = err
 
     def _resolve(self, x: Any) -> Any:
@@ -300,6 +405,35 @@ class TensorWorker(Actor):
         for d in self.labels:
             r = r * self.sizes[d] + coords[d]
         return r
+
+
+class _Gone:
+    """Why the actor ``uid`` on this proc will never run a call (None: it still may). An
+    actor not here yet may still be starting: it counts as gone after ``MISSING_S``."""
+
+    MISSING_S = 30.0
+
+    def __init__(self, uid: str, name: str) -> None:
+        self.uid = uid
+        self.name = name
+        self.missing_since: float | None = None
+
+    def __call__(self) -> str | None:
+        cell = runtime().cells.get(self.uid)
+        behavior = getattr(cell, "behavior", None) if cell is not None else None
+        if behavior is None:
+            now = time.monotonic()
+            if self.missing_since is None:
+                self.missing_since = now
+            if now - self.missing_since < self.MISSING_S:
+                return None
+            return f"{self.name} could not run: its actor is not on this proc (stopped?)"
+        self.missing_since = None
+        if behavior.failure is not None:
+            return f"{self.name} could not run: its actor failed: {behavior.failure.cause}"
+        if behavior.stop_requested is not None:
+            return f"{self.name} could not run: its actor stopped ({behavior.stop_requested})"
+        return None
 
 
 def rank_value(rank: int) -> torch.Tensor:

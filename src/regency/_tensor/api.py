@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import _actors
 from . import _dispatch as _dispatch  # installs the dispatch mode hooks
 from ._active import Stream, get_active_mesh, get_active_stream, no_mesh
 from ._collectives import process_group, reduce, reduce_
@@ -13,6 +14,8 @@ from ._mesh import DeviceMesh, coalescing, device_mesh_of
 from ._remote import Remote, call_on_shard_and_fetch, remote
 from ._tensor import Tensor
 from ._transfer import slice_mesh, to_mesh
+
+_actors.install()  # remote tensors in endpoint calls, endpoint.rref()
 
 __all__ = [
     "DeviceMesh", "Remote", "RemoteException", "Stream", "Tensor", "activate",
