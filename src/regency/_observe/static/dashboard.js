@@ -31,6 +31,26 @@ function row(cls, cells, state) {
   return tr;
 }
 
+// The tree's rows by key (host, proc or actor), kept between refreshes: a refresh changes
+// only the cells whose text changed, so a tree of a thousand rows costs little to redraw.
+const treeRows = new Map();
+
+function treeRow(key, cls, cells, state) {
+  let tr = treeRows.get(key);
+  if (!tr) {
+    tr = row(cls, cells, state);
+    treeRows.set(key, tr);
+    return tr;
+  }
+  const tds = tr.children;
+  for (let i = 0; i < cells.length; i++) {
+    const text = cells[i] === null || cells[i] === undefined ? "" : String(cells[i]);
+    if (tds[i].textContent !== text) tds[i].textContent = text;
+  }
+  if (tds[1].className !== (state || "")) tds[1].className = state || "";
+  return tr;
+}
+
 function cause(report) {  // the one line of a failure report that says why
   if (!report) return "";
   const m = report.match(/cause:\s*(.*)/);
@@ -45,7 +65,7 @@ function renderTree(tree) {
   const procSelect = document.getElementById("log-proc");
   const known = new Set([...procSelect.options].map(o => o.value));
   for (const h of tree.hosts) {
-    rows.push(row("host", ["host " + h.host, "", "", "", "", "", "", ""]));
+    rows.push(treeRow("h " + h.host, "host", ["host " + h.host, "", "", "", "", "", "", ""]));
     for (const p of h.procs) {
       if (!known.has(p.proc)) {
         procSelect.append(el("option", {value: p.proc}, p.mesh_name + " " + p.rank));
@@ -53,16 +73,22 @@ function renderTree(tree) {
       }
       const actors = p.actors.filter(a => hit(a.actor, a.name, a.class, a.state, p.mesh_name));
       if (!actors.length && !hit(p.proc, p.mesh_name, p.state)) continue;
-      rows.push(row("proc", [p.mesh_name + " rank " + p.rank + "  " + p.proc, p.state, p.pid,
-        p.cpu ?? "", p.rss ? (p.rss / 1048576).toFixed(1) : "", p.queue, p.rate,
-        p.last_failure || ""], p.state));
+      rows.push(treeRow("p " + p.proc, "proc", [p.mesh_name + " rank " + p.rank + "  " + p.proc,
+        p.state, p.pid, p.cpu ?? "", p.rss ? (p.rss / 1048576).toFixed(1) : "", p.queue,
+        p.rate, p.last_failure || ""], p.state));
       for (const a of actors) {
-        rows.push(row("actor", [a.name + a.rank + "  " + a.class, a.state, "", "", "",
-          a.queue, a.rate, cause(a.failure)], a.state));
+        rows.push(treeRow("a " + a.actor, "actor", [a.name + a.rank + "  " + a.class, a.state,
+          "", "", "", a.queue, a.rate, cause(a.failure)], a.state));
       }
     }
   }
-  body.replaceChildren(...rows);
+  const shown = body.children;
+  if (shown.length !== rows.length || rows.some((r, i) => shown[i] !== r)) {
+    body.replaceChildren(...rows);
+  }
+  const live = new Set(rows);
+  for (const [key, tr] of treeRows) if (!live.has(tr)) treeRows.delete(key);
+  document.body.dataset.treeRows = String(rows.length);
 }
 
 function renderTimeline(calls, events) {
@@ -121,14 +147,39 @@ function renderEvents(events) {
   }));
 }
 
+// What each refresh cost (milliseconds): the API's answers, then drawing them; the last
+// 120 are kept in window.regencyTimings for benchmarks/dashboard.py.
+window.regencyTimings = [];
+const REFRESH_MS = 1000;
+let refreshing = null, again = false;
+
 async function refresh() {
+  if (refreshing) {  // one at a time: a refresh asked for meanwhile runs after this one
+    again = true;
+    return refreshing;
+  }
+  refreshing = refreshOnce();
+  try {
+    await refreshing;
+  } finally {
+    refreshing = null;
+  }
+  if (again) {
+    again = false;
+    return refresh();
+  }
+}
+
+async function refreshOnce() {
   const began = performance.now();
   try {
     const q = "logs?limit=200" + (logSearch ? "&q=" + encodeURIComponent(logSearch) : "") +
       (logProc ? "&proc=" + encodeURIComponent(logProc) : "");
     const [summary, tree, calls, events, thr, logs] = await Promise.all([
-      api("summary"), api("tree"), api("calls?limit=3000"), api("events?limit=300"),
+      api("summary"), api("tree?log_tail=0"),
+      api("calls?limit=2000&fields=start_us,end_us,proc,ok"), api("events?limit=300"),
       api("throughput?window_s=60"), api(q)]);
+    const fetched = performance.now();
     document.getElementById("job").textContent = "job " + (summary.job.job || "?");
     const p = summary.procs, a = summary.actors;
     document.getElementById("summary").textContent =
@@ -139,16 +190,47 @@ async function refresh() {
     renderThroughput(thr);
     renderLogs(logs);
     renderEvents(events);
+    const rendered = performance.now();
     document.getElementById("status").textContent =
-      "updated " + new Date().toLocaleTimeString() + " in " +
-      Math.round(performance.now() - began) + " ms";
+      "updated " + new Date().toLocaleTimeString() + " in " + Math.round(rendered - began) +
+      " ms";
+    window.regencyTimings.push({fetch: fetched - began, render: rendered - fetched,
+                                total: rendered - began, at: began});
+    if (window.regencyTimings.length > 120) window.regencyTimings.shift();
     if (!document.body.dataset.loaded) {  // time from navigation to the first full render
+      // wait for the browser to lay out and paint what was drawn before taking the time
+      await new Promise(done => requestAnimationFrame(() => setTimeout(done, 0)));
       document.body.dataset.firstRenderMs = String(Math.round(performance.now()));
     }
     document.body.dataset.loaded = "yes";
   } catch (err) {
     document.getElementById("status").textContent = "error: " + err.message;
   }
+}
+
+async function showStacks() {
+  const pre = document.getElementById("stacks");
+  const proc = document.getElementById("log-proc").value;
+  if (!proc) {
+    pre.textContent = "choose a proc in the list first";
+    return;
+  }
+  pre.textContent = "asking " + proc + " for its stacks…";
+  try {
+    const r = await fetch("/api/v1/stack?proc=" + encodeURIComponent(proc),
+                          {headers: {Authorization: "Bearer " + token}});
+    const got = await r.json();
+    pre.textContent = got.stacks || (got.error + ": " + got.message);
+  } catch (err) {
+    pre.textContent = "error: " + err.message;
+  }
+  pre.dataset.loaded = "yes";
+}
+
+async function loop() {  // every REFRESH_MS from the start of the last refresh, never two at once
+  const began = performance.now();
+  await refresh();
+  setTimeout(loop, Math.max(0, REFRESH_MS - (performance.now() - began)));
 }
 
 document.getElementById("tree-filter").addEventListener("input", e => {
@@ -160,5 +242,5 @@ document.getElementById("log-search").addEventListener("input", e => {
 document.getElementById("log-proc").addEventListener("change", e => {
   logProc = e.target.value; refresh();
 });
-refresh();
-setInterval(refresh, 1000);
+document.getElementById("stack-button").addEventListener("click", showStacks);
+loop();
