@@ -212,11 +212,19 @@ def _make_handler(api: ApiServer) -> type[BaseHTTPRequestHandler]:
 
         def _answer(self, fn: Callable[[], Any], query: dict[str, list[str]]) -> None:
             try:
+                self._answer_or_fail(fn, query)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client went away (a page navigated off): nobody to answer
+
+        def _answer_or_fail(self, fn: Callable[[], Any], query: dict[str, list[str]]) -> None:
+            try:
                 if not api.authorized(self.headers, query):
                     raise _ApiError(401, "unauthorized", "missing or wrong token")
                 self._json(200, fn())
             except _ApiError as exc:
                 self._json(exc.status, {"error": exc.code, "message": exc.message})
+            except (BrokenPipeError, ConnectionResetError):
+                raise
             except Exception as exc:  # noqa: BLE001 - answer, never drop the connection
                 log.exception("regency: API error")
                 self._json(500, {"error": "internal_error", "message": str(exc)})
