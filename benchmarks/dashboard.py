@@ -96,6 +96,61 @@ class JobRun:
                 self.proc.wait()
 
 
+class Simulated:
+    """A job's database made up (PROCS procs x ACTORS actors, a minute of calls, counts and
+    logs), served by ``regency dashboard`` in a process of its own: the drawing side at a
+    size the machine cannot spawn. Not a substitute for the real job's figures."""
+
+    def __init__(self, folder: str, procs: int, actors: int) -> None:
+        from regency._observe._recorder import now_us
+        from regency._observe._retention import Retention
+        from regency._observe._store import Store
+
+        path = os.path.join(folder, "simulated.db")
+        store = Store(path, Retention())
+        now = now_us()
+        rows: list[Any] = [("job", ("job", "simulated")),
+                           ("proc_up", ("unix:@sim-root", "root", "controller", 0, "vm", 1, now))]
+        for r in range(procs):
+            addr = f"unix:@sim-trainers-{r}"
+            rows += [("proc_up", (addr, "trainers", "trainers", r, "vm", 1000 + r, now)),
+                     ("proc_sample", (now, 2.0, 45 << 20, addr))]
+            for k in range(actors):
+                actor = f"workers{k}{{'procs': {r}}}"
+                rows += [("actor_up", (actor, f"workers{k}", f"workers{k}", "__main__.Worker",
+                                       f"{{'procs': {r}}}", addr, now)),
+                         ("actor_sample", (now, 0, 100, 3.0, actor))]
+        for t in range(60):  # a minute of traffic: counts, 200 calls and 20 lines a second
+            ts = now - (60 - t) * 1_000_000
+            for r in range(procs):
+                for k in range(actors):
+                    rows.append(("call_counts", (ts, f"unix:@sim-trainers-{r}",
+                                                 f"workers{k}{{'procs': {r}}}", f"workers{k}",
+                                                 "step", 3, 3)))
+            for i in range(200):
+                r = i % procs
+                rows.append(("calls", (ts + i * 5000, ts + i * 5000 + 300,
+                                       f"unix:@sim-trainers-{r}", f"workers0{{'procs': {r}}}",
+                                       "root", "workers0", "step", 64, 1)))
+            for i in range(20):
+                rows.append(("logs", (ts + i, f"unix:@sim-trainers-{(t * 20 + i) % procs}",
+                                      "trainers", "stdout", f"step {t} done")))
+        store.put(rows)
+        store.flushed(120)
+        store.close()
+        self.proc = subprocess.Popen([sys.executable, "-m", "regency", "dashboard", "--job", path],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        assert self.proc.stderr is not None
+        line = self.proc.stderr.readline()
+        url, _, token = line.split()[2].partition("/#token=")
+        self.info = {"url": url, "token": token}
+        self.spawn_s = 0.0
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
 def api_get(info: dict[str, Any], path: str) -> tuple[float, int, Any]:
     """(seconds, bytes, decoded answer) of one API request."""
     req = urllib.request.Request(f"{info['url']}/api/v1/{path}",
@@ -148,6 +203,8 @@ def measure_dashboard(info: dict[str, Any], rows: int, loads: int, seconds: floa
     out = []
     try:
         first, wall = [], []
+        parts: dict[str, list[float]] = {"page and script loaded": [], "API answers": [],
+                                         "drawing": [], "layout and paint": []}
         for _ in range(loads):
             browser.navigate("about:blank")
             browser.wait_for("location.href === 'about:blank'")
@@ -156,6 +213,11 @@ def measure_dashboard(info: dict[str, Any], rows: int, loads: int, seconds: floa
             ms = browser.wait_for("document.body && document.body.dataset.firstRenderMs", 120)
             wall.append(1000 * (time.perf_counter() - t0))
             first.append(float(ms))
+            t = browser.evaluate("window.regencyTimings[0]")
+            parts["page and script loaded"].append(t["at"])
+            parts["API answers"].append(t["fetch"])
+            parts["drawing"].append(t["render"])
+            parts["layout and paint"].append(float(ms) - t["at"] - t["total"])
             shown = int(browser.evaluate("document.body.dataset.treeRows"))
             if shown != rows:
                 raise AssertionError(f"the first render had {shown} rows, not {rows}")
@@ -163,6 +225,8 @@ def measure_dashboard(info: dict[str, Any], rows: int, loads: int, seconds: floa
         out.append(f"  page load (navigation -> tree of {rows} rows drawn, rows {drawn} in the "
                    f"document, painted), ms: {stats(first)}")
         out.append(f"    as seen from outside (navigate call -> mark seen), ms: {stats(wall)}")
+        for name, values in parts.items():
+            out.append(f"    of which {name:23} {stats(values)}")
         t0 = time.perf_counter()  # scrolling to the end draws the last rows
         browser.evaluate("(() => { const d = document.getElementById('tree-scroll'); "
                          "d.scrollTop = d.scrollHeight; })()")
@@ -247,9 +311,19 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=15, help="refreshes watched")
     parser.add_argument("--top-starts", type=int, default=3)
     parser.add_argument("--spawn-timeout", type=float, default=900)
+    parser.add_argument("--simulate", action="store_true",
+                        help="no job: a made-up database of that size, served by "
+                        "`regency dashboard` (the drawing side only)")
     args = parser.parse_args()
-    job = None
-    for procs in [int(n) for n in args.procs.split(",")]:
+    job: JobRun | Simulated | None = None
+    if args.simulate:
+        args.procs = int(args.procs.split(",")[0])
+        folder = tempfile.mkdtemp(prefix="regency-dash-bench-")
+        print(f"SIMULATED database of {args.procs} procs x {args.actors} actors, served by "
+              f"`regency dashboard` ({time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} "
+              f"cores, load average {os.getloadavg()[0]:.1f})", flush=True)
+        job = Simulated(folder, args.procs, args.actors)
+    for procs in [] if args.simulate else [int(n) for n in args.procs.split(",")]:
         args.procs = procs
         folder = tempfile.mkdtemp(prefix="regency-dash-bench-")
         print(f"dashboard and top with {procs} procs x {args.actors} actors "
