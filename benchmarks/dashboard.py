@@ -44,6 +44,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 from benchmarks._cdp import CHROMIUM, Browser  # noqa: E402
 
+#: the job's environment unless told otherwise: patient handshakes for procs starting at once
+PATIENT = ["REGENCY_HANDSHAKE_MAX_PER_SOURCE=1024", "REGENCY_HANDSHAKE_TIMEOUT=60"]
 ENDPOINTS = ("summary", "tree?log_tail=0", "calls?limit=2000&fields=start_us,end_us,proc,ok",
              "events?limit=300", "throughput?window_s=60", "logs?limit=200")
 
@@ -51,8 +53,9 @@ ENDPOINTS = ("summary", "tree?log_tail=0", "calls?limit=2000&fields=start_us,end
 class JobRun:
     """The benchmark's job, up to READY; ``stop()`` ends it."""
 
-    def __init__(self, folder: str, procs: int, actors: int, timeout: float) -> None:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    def __init__(self, folder: str, procs: int, actors: int, timeout: float,
+                 extra_env: dict[str, str] | None = None) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **(extra_env or {})}
         self.proc = subprocess.Popen(
             [sys.executable, str(HERE / "_dashboard_job.py"), folder, str(procs), str(actors)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -311,11 +314,18 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=15, help="refreshes watched")
     parser.add_argument("--top-starts", type=int, default=3)
     parser.add_argument("--spawn-timeout", type=float, default=900)
+    parser.add_argument("--job-env", action="append", default=None, metavar="KEY=VALUE",
+                        help="environment of the job (default: " + " ".join(PATIENT) + "; "
+                        "--job-env none for none). With the defaults (64 handshakes per "
+                        "source, 10 s each), some of 256 procs starting at once on a loaded "
+                        "2-core machine time out connecting to their host agent and exit 0")
     parser.add_argument("--simulate", action="store_true",
                         help="no job: a made-up database of that size, served by "
                         "`regency dashboard` (the drawing side only)")
     args = parser.parse_args()
     job: JobRun | Simulated | None = None
+    pairs = [p for p in (args.job_env or PATIENT) if p != "none"]
+    job_env = dict(p.split("=", 1) for p in pairs)
     if args.simulate:
         args.procs = int(args.procs.split(",")[0])
         folder = tempfile.mkdtemp(prefix="regency-dash-bench-")
@@ -328,9 +338,10 @@ def main() -> int:
         folder = tempfile.mkdtemp(prefix="regency-dash-bench-")
         print(f"dashboard and top with {procs} procs x {args.actors} actors "
               f"({time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, load average "
-              f"{os.getloadavg()[0]:.1f})", flush=True)
+              f"{os.getloadavg()[0]:.1f}; job environment: "
+              f"{' '.join(f'{k}={v}' for k, v in job_env.items()) or 'as is'})", flush=True)
         try:
-            job = JobRun(folder, procs, args.actors, args.spawn_timeout)
+            job = JobRun(folder, procs, args.actors, args.spawn_timeout, job_env)
             break
         except RuntimeError as exc:
             print(f"  could not start {procs} procs: "

@@ -123,11 +123,14 @@ class TopApp(App[int]):
     @work(thread=True, group="fetch")
     def _fetch(self) -> None:
         began = time.perf_counter()
-        tree = self.client.get("tree", log_tail=5)
-        sel = self._selected().get("proc")
-        if self.mode == "log" and sel is not None:
-            log = self.client.get("logs", proc=sel["proc"], limit=200)
-            self.call_from_thread(self._got_log, sel["proc"], log, False)
+        try:
+            tree = self.client.get("tree", log_tail=5)
+            sel = self._selected().get("proc")
+            if self.mode == "log" and sel is not None:
+                log = self.client.get("logs", proc=sel["proc"], limit=200)
+                self.call_from_thread(self._got_log, sel["proc"], log, False)
+        except (OSError, ValueError) as exc:  # never leave _fetching set: refreshes would stop
+            tree = {"error": "client", "message": str(exc)}
         self.call_from_thread(self._apply, tree, time.perf_counter() - began)
 
     def _apply(self, tree: Any, fetch_s: float) -> None:
