@@ -198,7 +198,6 @@ def separate_dashboard(live: tuple[Job, dict[str, Any]]) -> Iterator[dict[str, A
 
 def test_a_separate_dashboard_shows_stacks_through_the_controller(
         live: tuple[Job, dict[str, Any]], separate_dashboard: dict[str, Any]) -> None:
-    _job, info = live
     other = separate_dashboard
     tree = get(other, "tree")[1]
     [proc] = [p for h in tree["hosts"] for p in h["procs"]
