@@ -234,3 +234,27 @@ def test_the_dashboard_stacks_button_of_a_separate_dashboard(
         assert "trainers ranks 0" in text and "(most recent call first)" in text, text
     finally:
         browser.close()
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_top_over_a_separate_dashboard_shows_stacks(separate_dashboard: dict[str, Any]) -> None:
+    pytest.importorskip("textual")
+    other = separate_dashboard
+    session = f"regency-top-{uuid.uuid4().hex[:8]}"
+    cmd = (f"env -u COLUMNS -u LINES {sys.executable} -m regency top --url {other['url']} "
+           f"--token {other['token']} --interval 0.5")
+    _tmux("new-session", "-d", "-s", session, "-x", "160", "-y", "40", cmd)
+    _tmux("set-option", "-w", "-t", session, "remain-on-exit", "on")
+    try:
+        def screen() -> str:
+            return _tmux("capture-pane", "-p", "-t", session)
+
+        until("the tree on screen", lambda: "trainers rank 0" in screen(), shown=screen)
+        _tmux("send-keys", "-t", session, "Down", "Down")  # the controller, then trainers 0
+        until("trainers 0 selected", lambda: "proc trainers rank 0" in screen(), shown=screen)
+        _tmux("send-keys", "-t", session, "s")
+        until("its stacks, asked of the controller", lambda: "stacks of trainers rank 0"
+              in screen() and "thread in trainers ranks 0" in screen(), shown=screen)
+        _tmux("send-keys", "-t", session, "q")
+    finally:
+        _tmux("kill-server")

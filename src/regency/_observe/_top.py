@@ -4,7 +4,9 @@ The left pane is the tree hosts -> procs -> actors as an indented table (state, 
 memory, queue depth, messages/s, last failure), refreshed every ``--interval`` seconds. The
 right pane shows the selected proc: its details and last log lines, or, on a key, its whole
 log or its stacks. Keys: ``/`` filter, ``escape`` clear the filter, ``l`` log, ``s`` stacks,
-``d`` details, ``q`` quit.
+``d`` details, ``q`` quit. Fetches run on a worker thread, so keys answer while a refresh is
+on its way; a refresh whose rows are the same updates only the cells that changed, and the
+header says how long it took.
 """
 
 from __future__ import annotations
