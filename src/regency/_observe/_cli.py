@@ -69,12 +69,15 @@ def _trace(args: argparse.Namespace) -> int:
 
 
 def _dashboard(args: argparse.Namespace) -> int:
+    from ._jobs import read_info
     from ._remote_stacks import provider_for
     from ._server import serve_job
 
     try:
         path = _db_path(args)
-        server = serve_job(path, args.addr, stacks=provider_for(path))
+        info = read_info(path)  # the controller's own dashboard, if up, stays the one recorded
+        server = serve_job(path, args.addr, stacks=provider_for(path),
+                           record=not (info and _alive(info["url"])))
     except FileNotFoundError as exc:
         print(f"regency dashboard: {exc}", file=sys.stderr)
         return 2
@@ -109,7 +112,8 @@ def _top(args: argparse.Namespace) -> int:
         else:  # nobody serves this job: read its database from here
             from ._remote_stacks import provider_for
 
-            server = serve_job(path, "127.0.0.1:0", announce=False, stacks=provider_for(path))
+            server = serve_job(path, "127.0.0.1:0", announce=False, stacks=provider_for(path),
+                               record=False)
             url, token = server.url, server.token
     try:
         return run_top(url, token or "", args.interval)

@@ -251,14 +251,17 @@ def _make_handler(api: ApiServer) -> type[BaseHTTPRequestHandler]:
 
 
 def serve_job(db_path: str, addr: str | None = None, announce: bool = True,
-              stacks: Callable[[str], str] | None = None) -> ApiServer:
-    """Serve a job's API and dashboard; writes the address and token next to the database.
+              stacks: Callable[[str], str] | None = None, record: bool = True) -> ApiServer:
+    """Serve a job's API and dashboard; with ``record``, writes the address and token next
+    to the database (where ``regency top`` looks for them).
 
     ``stacks`` dumps a proc's stacks for ``/api/v1/stack`` (default: the process's provider,
     set by a controller serving its own job)."""
     server = ApiServer(db_path, addr or str(config.get("dashboard_addr")), stacks=stacks).start()
-    write_info(db_path, {"url": server.url, "token": server.token, "db": db_path})
+    if record:
+        write_info(db_path, {"url": server.url, "token": server.token, "db": db_path})
     if announce:
+        where = f", token in {info_path(db_path)}" if record else ""
         print(f"regency dashboard: {server.url}/#token={server.token}  (API: {server.url}"
-              f"/api/v1/, token in {info_path(db_path)})", file=sys.stderr)
+              f"/api/v1/{where})", file=sys.stderr)
     return server
