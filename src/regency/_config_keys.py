@@ -73,6 +73,11 @@ REGENCY_KEYS: dict[str, Key] = {k.name: k for k in (
     _key("observe_dir", "str", "", "where job databases go (default: .regency/jobs)"),
     _key("observe_call_rate", "int", 2000,
          "calls each process records one by one per second (all are counted)"),
+    _key("observe_retention_secs", "duration", 3600.0,
+         "while the job runs, rows of calls, call counts, logs, spans and metrics older "
+         "than this are deleted (0: keep all; as Monarch's TelemetryConfig.retention_secs)"),
+    _key("observe_max_rows", "int", 0,
+         "most rows kept in each of those tables, the oldest deleted first (0: no limit)"),
     _key("dashboard", "bool", False,
          "serve the JSON HTTP API and the web dashboard from the controller"),
     _key("dashboard_addr", "str", "127.0.0.1:0", "where the dashboard listens"),

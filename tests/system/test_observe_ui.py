@@ -177,3 +177,84 @@ def test_dashboard_page_in_headless_chromium(live: tuple[Job, dict[str, Any]],
     subprocess.run([*flags, "--window-size=1400,1000", f"--screenshot={shot}", url],
                    capture_output=True, timeout=60)
     assert shot.exists() and shot.stat().st_size > 10_000
+
+
+@pytest.fixture
+def separate_dashboard(live: tuple[Job, dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """``regency dashboard`` in a process of its own, over the live job's database."""
+    job, _info = live
+    proc = subprocess.Popen([sys.executable, "-m", "regency", "dashboard", "--dir", str(job.dir)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()  # its announcement (bounded by the test's timeout)
+        assert line.startswith("regency dashboard: http://127.0.0.1:"), line
+        url, _, token = line.split()[2].partition("/#token=")
+        yield {"url": url, "token": token}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def test_a_separate_dashboard_shows_stacks_through_the_controller(
+        live: tuple[Job, dict[str, Any]], separate_dashboard: dict[str, Any]) -> None:
+    other = separate_dashboard
+    tree = get(other, "tree")[1]
+    [proc] = [p for h in tree["hosts"] for p in h["procs"]
+              if p["mesh_name"] == "trainers" and p["rank"] == 1]
+    status, answer = get(other, f"stack?proc={proc['proc']}")
+    assert status == 200, answer
+    assert "(most recent call first)" in answer["stacks"]
+    assert "trainers ranks 1" in answer["stacks"] and "ranks 0" not in answer["stacks"]
+    status, answer = get(other, "stack?proc=unix:@no-such-proc")
+    assert status == 200 and "no live proc at unix:@no-such-proc" in answer["stacks"]
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed")
+def test_the_dashboard_stacks_button_of_a_separate_dashboard(
+        separate_dashboard: dict[str, Any], tmp_path: Path) -> None:
+    sys.path.insert(0, str(Path(__file__).parents[2]))
+    from benchmarks._cdp import Browser
+
+    other = separate_dashboard
+    browser = Browser(str(tmp_path / "profile"))
+    try:
+        browser.navigate(f"{other['url']}/#token={other['token']}")
+        browser.wait_for("document.body && document.body.dataset.loaded === 'yes'")
+        assert int(browser.evaluate("document.body.dataset.firstRenderMs")) > 0
+        assert browser.evaluate("document.body.dataset.treeRows") == str(
+            browser.evaluate("document.querySelectorAll('#tree tbody tr:not(.spacer)').length"))
+        browser.evaluate("""(() => {
+            const s = document.getElementById('log-proc');
+            const o = [...s.options].find(o => o.textContent === 'trainers 0');
+            s.value = o.value; s.dispatchEvent(new Event('change'));
+            document.getElementById('stack-button').click(); })()""")
+        text = browser.wait_for("document.getElementById('stacks').dataset.loaded === 'yes' "
+                                "&& document.getElementById('stacks').textContent")
+        assert "trainers ranks 0" in text and "(most recent call first)" in text, text
+    finally:
+        browser.close()
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_top_over_a_separate_dashboard_shows_stacks(separate_dashboard: dict[str, Any]) -> None:
+    pytest.importorskip("textual")
+    other = separate_dashboard
+    session = f"regency-top-{uuid.uuid4().hex[:8]}"
+    cmd = (f"env -u COLUMNS -u LINES {sys.executable} -m regency top --url {other['url']} "
+           f"--token {other['token']} --interval 0.5")
+    _tmux("new-session", "-d", "-s", session, "-x", "160", "-y", "40", cmd)
+    _tmux("set-option", "-w", "-t", session, "remain-on-exit", "on")
+    try:
+        def screen() -> str:
+            return _tmux("capture-pane", "-p", "-t", session)
+
+        until("the tree on screen", lambda: "trainers rank 0" in screen(), shown=screen)
+        _tmux("send-keys", "-t", session, "Down", "Down")  # the controller, then trainers 0
+        until("trainers 0 selected", lambda: "proc trainers rank 0" in screen(), shown=screen)
+        _tmux("send-keys", "-t", session, "s")
+        until("its stacks, asked of the controller", lambda: "stacks of trainers rank 0"
+              in screen() and "thread in trainers ranks 0" in screen(), shown=screen)
+        _tmux("send-keys", "-t", session, "q")
+    finally:
+        _tmux("kill-server")

@@ -185,3 +185,47 @@ def test_metrics_and_spans_record_only_with_a_recorder() -> None:
     metrics = sorted(v[2:7] for t, v in sent if t == "metrics")
     assert metrics == [("c", "counter", 5.0, 2, '{"k": 1}'), ("h", "histogram", 0.5, 1, None)]
     assert sorted(v[4] for t, v in sent if t == "spans") == ["named", "work"]
+
+
+def test_calls_answer_the_fields_asked_for(tmp_path: Path) -> None:
+    db = connect_readonly(_job(tmp_path))
+    rows = _views.calls(db, start_us=0, fields=["start_us", "proc", "ok"])
+    assert rows == [{"start_us": 1000, "proc": P0, "ok": 1}, {"start_us": 1200, "proc": P0,
+                                                              "ok": 1}]
+    with pytest.raises(ValueError, match="no call field 'secret'"):
+        _views.calls(db, start_us=0, fields=["start_us", "secret"])
+
+
+def test_throughput_of_a_database_without_the_table(tmp_path: Path) -> None:
+    path = _job(tmp_path)
+    import sqlite3
+
+    raw = sqlite3.connect(path)
+    raw.execute("DROP TABLE throughput")  # as written before the table existed
+    raw.commit()
+    raw.close()
+    thr = _views.throughput(connect_readonly(path), 10)
+    assert [m["per_second"][-1] for m in thr["meshes"]] == [5]
+    assert thr["seconds"][-1] == 2
+
+
+def test_the_api_says_why_stacks_cannot_be_had(tmp_path: Path) -> None:
+    import urllib.error
+    import urllib.request
+
+    from regency._observe._server import ApiServer
+
+    def no_controller(addr: str) -> str:
+        raise LookupError(f"no controller for {addr}")
+
+    server = ApiServer(_job(tmp_path), stacks=no_controller).start()
+    try:
+        req = urllib.request.Request(f"{server.url}/api/v1/stack?proc={P0}",
+                                     headers={"Authorization": f"Bearer {server.token}"})
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(req, timeout=10)
+        assert err.value.code == 501
+        assert json.loads(err.value.read()) == {"error": "not_available",
+                                                "message": f"no controller for {P0}"}
+    finally:
+        server.close()

@@ -187,33 +187,52 @@ def run(connect: str | None = None, pid: int | None = None) -> int:
 def stack(connect: str | None = None, pid: int | None = None, timeout: float = 1.0) -> int:
     """``regency stack``: print the grouped stacks of every proc of a running controller."""
     from ..errors import AuthenticationError
-    from ._messages import StacksAsk, StacksSay
 
     try:
         address, key = _target(connect, pid)
-        link = Link(address, key, "stack")
+        text = ask_stacks(address, key, None, timeout)
     except LookupError as exc:
         print(f"regency stack: {exc}", file=sys.stderr)
         return 2
     except AuthenticationError as exc:
-        print(f"regency stack: {address} refused the connection: {exc}", file=sys.stderr)
+        print(f"regency stack: {exc}", file=sys.stderr)
         return 3
+    except LinkClosed as exc:
+        print(f"regency stack: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
         print(f"regency stack: cannot connect: {exc}", file=sys.stderr)
         return 2
+    sys.stdout.write(text)
+    return 0
+
+
+def ask_stacks(address: str, key: bytes, addrs: list[str] | None,
+               timeout: float = 1.0) -> str:
+    """The grouped stacks of a running controller's procs (all, or those at ``addrs``), as
+    text, asked over a link (``regency stack``, and ``regency dashboard``'s stack pane).
+
+    Raises ``AuthenticationError`` when the controller refuses the key, :class:`LinkClosed`
+    when it goes or does not answer, ``OSError`` when it cannot be reached."""
+    from ..errors import AuthenticationError
+    from ._messages import StacksAsk, StacksSay
+
     try:
-        link.send(StacksAsk(link.identity, timeout))
+        link = Link(address, key, "stack")
+    except AuthenticationError as exc:
+        raise AuthenticationError(f"{address} refused the connection: {exc}") from exc
+    try:
+        link.send(StacksAsk(link.identity, timeout, addrs))
         while True:
             msg = link.recv(timeout + 10.0)
             if msg is None:
-                print("regency stack: the controller did not answer", file=sys.stderr)
-                return 1
+                raise LinkClosed(f"the controller at {address} did not answer")
             if isinstance(msg, StacksSay):
-                sys.stdout.write(msg.text)
-                return 0
-    except LinkClosed:
-        print("regency stack: the controller has gone", file=sys.stderr)
-        return 1
+                return msg.text
+    except LinkClosed as exc:
+        if "did not answer" in str(exc):
+            raise
+        raise LinkClosed(f"the controller at {address} has gone") from exc
     finally:
         link.close()
 

@@ -157,10 +157,12 @@ class DumpStacks(SystemMessage):
 @system_message("stacks_ask")
 @dataclass(slots=True)
 class StacksAsk(SystemMessage):
-    """From ``regency stack`` (over a link): the stacks of every proc of the job."""
+    """From ``regency stack`` or ``regency dashboard`` (over a link): the stacks of every
+    proc of the job, or of the procs at ``addrs``."""
 
     requester: str
     timeout: float
+    addrs: list[str] | None = None
 
 
 @system_message("stacks_say")

@@ -170,7 +170,11 @@ class DebugService:
 
         def work() -> None:
             procs = job_procs(self.rt)
-            text = str(collect(self.rt, procs, m.timeout)) if procs else "no live procs\n"
+            if m.addrs is not None:
+                procs = [p for p in procs if p[2] in m.addrs]
+            none = "no live procs\n" if m.addrs is None else (
+                f"no live proc at {', '.join(m.addrs)} in this job\n")
+            text = str(collect(self.rt, procs, m.timeout)) if procs else none
             self.rt.send_sys(m.requester, StacksSay(text))
 
         threading.Thread(target=work, name="regency-stacks", daemon=True).start()

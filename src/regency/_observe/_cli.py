@@ -69,10 +69,15 @@ def _trace(args: argparse.Namespace) -> int:
 
 
 def _dashboard(args: argparse.Namespace) -> int:
+    from ._jobs import read_info
+    from ._remote_stacks import provider_for
     from ._server import serve_job
 
     try:
-        server = serve_job(_db_path(args), args.addr)
+        path = _db_path(args)
+        info = read_info(path)  # the controller's own dashboard, if up, stays the one recorded
+        server = serve_job(path, args.addr, stacks=provider_for(path),
+                           record=not (info and _alive(info["url"])))
     except FileNotFoundError as exc:
         print(f"regency dashboard: {exc}", file=sys.stderr)
         return 2
@@ -105,7 +110,10 @@ def _top(args: argparse.Namespace) -> int:
         if info and _alive(info["url"]):
             url, token = info["url"], info["token"]
         else:  # nobody serves this job: read its database from here
-            server = serve_job(path, "127.0.0.1:0", announce=False)
+            from ._remote_stacks import provider_for
+
+            server = serve_job(path, "127.0.0.1:0", announce=False, stacks=provider_for(path),
+                               record=False)
             url, token = server.url, server.token
     try:
         return run_top(url, token or "", args.interval)

@@ -146,8 +146,8 @@ class Observer:
                 self.rec.event("stop", tap.actor, msg.uid, str(msg.reason))
                 self.rec.add("actor_end", (tap.actor, now_us(), "stopped", None))
 
-    def _proc_output(self, msg: Any) -> None:
-        self.lines("", msg.label, msg.stream, msg.lines)
+    def _proc_output(self, msg: Any) -> None:  # lines of a proc on a worker host
+        self.lines(msg.proc, msg.label, msg.stream, msg.lines)
 
 
 _SYSTEM = {

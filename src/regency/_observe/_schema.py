@@ -4,7 +4,9 @@ Times are integer microseconds since the epoch (columns ending in ``_us``). A *p
 by its address (``unix:@regency-<job>-<mesh>-<rank>``; the controller's is its root address),
 an *actor* by its actor id (``<mesh uid>{coords}``; the client is ``root``). Every table but
 ``procs`` and ``actors`` is append-only; those two hold the current state of each proc and
-actor (its latest sample included), kept by the one writer from the events it appends.
+actor (its latest sample included), kept by the one writer from the events it appends;
+``throughput`` sums ``call_counts`` per mesh and second as they are written (the dashboard's
+plot reads it instead of aggregating ``call_counts``).
 """
 
 from __future__ import annotations
@@ -38,11 +40,16 @@ CREATE TABLE IF NOT EXISTS actors (
     actor TEXT PRIMARY KEY, mesh TEXT, name TEXT, class TEXT, rank TEXT, proc TEXT,
     state TEXT, started_us INTEGER, ended_us INTEGER, failure TEXT, queue INTEGER,
     handled INTEGER, rate REAL, sampled_us INTEGER);
+CREATE TABLE IF NOT EXISTS throughput (
+    s INTEGER NOT NULL, mesh TEXT NOT NULL, n INTEGER, PRIMARY KEY (s, mesh));
 CREATE INDEX IF NOT EXISTS calls_start ON calls (start_us);
 CREATE INDEX IF NOT EXISTS spans_start ON spans (start_us);
 CREATE INDEX IF NOT EXISTS logs_proc ON logs (proc, ts_us);
 CREATE INDEX IF NOT EXISTS counts_ts ON call_counts (ts_us);
 CREATE INDEX IF NOT EXISTS events_ts ON events (ts_us);
+CREATE INDEX IF NOT EXISTS events_kind ON events (kind, ts_us);
+CREATE INDEX IF NOT EXISTS logs_ts ON logs (ts_us);
+CREATE INDEX IF NOT EXISTS metrics_ts ON metrics (ts_us);
 """
 
 #: the columns of each append-only table, in insert order (rows travel as tuples)
@@ -56,4 +63,4 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "metrics": ("ts_us", "proc", "name", "kind", "value", "count", "attributes"),
 }
 
-TABLES = (*COLUMNS, "procs", "actors", "job")
+TABLES = (*COLUMNS, "procs", "actors", "throughput", "job")

@@ -10,14 +10,16 @@ browsers never send to the server. Endpoints and shapes: docs/observability.md.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
 import logging
+import queue
 import secrets
 import sqlite3
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any
@@ -40,9 +42,11 @@ _STATIC = {"/": ("dashboard.html", "text/html; charset=utf-8"),
 
 # -- stack dumps -------------------------------------------------------------------------------
 # A controller serving its own dashboard installs ``procs.stacks()``'s machinery here
-# (``regency._observe.start_controller``); ``regency dashboard``, a separate process, has none
-# and answers 501 ``not_available``. ``fn(proc_address) -> str`` returns that proc's stacks as
-# text (``regency top``'s ``s`` key and the dashboard show it as is).
+# (``regency._observe.start_controller``); ``regency dashboard``, a separate process, gives
+# its server one that asks the job's controller over a link (``_remote_stacks.py``).
+# ``fn(proc_address) -> str`` returns that proc's stacks as text (``regency top``'s ``s`` key
+# and the dashboard's stacks button show it as is); it raises ``LookupError`` when the stacks
+# cannot be had (answered as 501 ``not_available``).
 _stack_provider: Callable[[str], str] | None = None
 
 
@@ -76,12 +80,13 @@ def _str(query: dict[str, list[str]], key: str) -> str | None:
 class ApiServer:
     """An HTTP server thread answering for one job's database."""
 
-    def __init__(self, db_path: str, addr: str = "127.0.0.1:0", token: str | None = None
-                 ) -> None:
+    def __init__(self, db_path: str, addr: str = "127.0.0.1:0", token: str | None = None,
+                 stacks: Callable[[str], str] | None = None) -> None:
         self.db_path = db_path
+        self.stacks = stacks  # this server's stack provider (else the process's)
         self.token = token or secrets.token_urlsafe(24)
         host, _, port = addr.rpartition(":")
-        self._local = threading.local()
+        self._pool: queue.SimpleQueue[sqlite3.Connection] = queue.SimpleQueue()
         handler = _make_handler(self)
         self.httpd = ThreadingHTTPServer((host or "127.0.0.1", int(port or 0)), handler)
         self.httpd.daemon_threads = True
@@ -100,12 +105,18 @@ class ApiServer:
         self.httpd.shutdown()
         self.httpd.server_close()
 
-    def db(self) -> sqlite3.Connection:
-        """This thread's read-only connection to the database."""
-        conn = getattr(self._local, "db", None)
-        if conn is None:
-            conn = self._local.db = connect_readonly(self.db_path)
-        return conn
+    @contextlib.contextmanager
+    def db(self) -> Iterator[sqlite3.Connection]:
+        """A read-only connection to the database, for one request (each request has a
+        thread of its own: connections are pooled rather than opened per thread)."""
+        try:
+            conn = self._pool.get_nowait()
+        except queue.Empty:
+            conn = connect_readonly(self.db_path)
+        try:
+            yield conn
+        finally:
+            self._pool.put(conn)
 
     def authorized(self, headers: Any, query: dict[str, list[str]]) -> bool:
         """Whether the request carries the token."""
@@ -120,7 +131,12 @@ class ApiServer:
     # -- endpoints ----------------------------------------------------------------------------
     def get(self, path: str, query: dict[str, list[str]]) -> Any:
         """The JSON answer to ``GET path``."""
-        db = self.db()
+        if path == "/api/v1/stack":
+            return self._stack(_str(query, "proc"))
+        with self.db() as db:
+            return self._get(db, path, query)
+
+    def _get(self, db: sqlite3.Connection, path: str, query: dict[str, list[str]]) -> Any:
         if path == "/api/v1/summary":
             return _views.summary(db)
         if path == "/api/v1/tree":
@@ -129,8 +145,13 @@ class ApiServer:
             return _views.events(db, _int(query, "since_us", 0) or 0, _str(query, "kind"),
                                  _int(query, "limit", 500) or 500)
         if path == "/api/v1/calls":
-            return _views.calls(db, _int(query, "start_us", None), _int(query, "end_us", None),
-                                _int(query, "limit", 2000) or 2000)
+            fields = [f for f in (_str(query, "fields") or "").split(",") if f]
+            try:
+                return _views.calls(db, _int(query, "start_us", None),
+                                    _int(query, "end_us", None),
+                                    _int(query, "limit", 2000) or 2000, fields or None)
+            except ValueError as exc:
+                raise _ApiError(400, "bad_request", str(exc)) from None
         if path == "/api/v1/logs":
             return _views.logs(db, _str(query, "proc"), _str(query, "q"),
                                _int(query, "limit", 200) or 200)
@@ -140,18 +161,20 @@ class ApiServer:
             last = _int(query, "last_s", None)
             return trace_window(db, last, _int(query, "start_us", None),
                                 _int(query, "end_us", None))
-        if path == "/api/v1/stack":
-            return self._stack(_str(query, "proc"))
         raise _ApiError(404, "not_found", f"no endpoint {path}; see docs/observability.md")
 
     def _stack(self, proc: str | None) -> Any:
         if not proc:
             raise _ApiError(400, "bad_request", "give the proc: /api/v1/stack?proc=<address>")
-        if _stack_provider is None:
+        provider = self.stacks or _stack_provider
+        if provider is None:
             raise _ApiError(501, "not_available",
-                            "stack dumps are not built yet (they come with procs.stacks(); "
-                            "see regency._observe._server.set_stack_provider)")
-        return {"proc": proc, "stacks": _stack_provider(proc)}
+                            "this server cannot dump stacks (no stack provider: see "
+                            "regency._observe._server.set_stack_provider)")
+        try:
+            return {"proc": proc, "stacks": provider(proc)}
+        except LookupError as exc:
+            raise _ApiError(501, "not_available", str(exc)) from None
 
     def post(self, path: str, body: bytes) -> Any:
         """The JSON answer to ``POST path``."""
@@ -162,7 +185,8 @@ class ApiServer:
         except (ValueError, KeyError, TypeError):
             raise _ApiError(400, "bad_request", 'send {"sql": "SELECT ..."}') from None
         try:
-            cols, rows = run_query(self.db(), str(sql))
+            with self.db() as db:
+                cols, rows = run_query(db, str(sql))
         except sqlite3.Error as exc:
             raise _ApiError(400, "bad_request", f"query failed: {exc}") from None
         return {"columns": cols, "rows": rows}
@@ -188,11 +212,19 @@ def _make_handler(api: ApiServer) -> type[BaseHTTPRequestHandler]:
 
         def _answer(self, fn: Callable[[], Any], query: dict[str, list[str]]) -> None:
             try:
+                self._answer_or_fail(fn, query)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client went away (a page navigated off): nobody to answer
+
+        def _answer_or_fail(self, fn: Callable[[], Any], query: dict[str, list[str]]) -> None:
+            try:
                 if not api.authorized(self.headers, query):
                     raise _ApiError(401, "unauthorized", "missing or wrong token")
                 self._json(200, fn())
             except _ApiError as exc:
                 self._json(exc.status, {"error": exc.code, "message": exc.message})
+            except (BrokenPipeError, ConnectionResetError):
+                raise
             except Exception as exc:  # noqa: BLE001 - answer, never drop the connection
                 log.exception("regency: API error")
                 self._json(500, {"error": "internal_error", "message": str(exc)})
@@ -218,11 +250,18 @@ def _make_handler(api: ApiServer) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def serve_job(db_path: str, addr: str | None = None, announce: bool = True) -> ApiServer:
-    """Serve a job's API and dashboard; writes the address and token next to the database."""
-    server = ApiServer(db_path, addr or str(config.get("dashboard_addr"))).start()
-    write_info(db_path, {"url": server.url, "token": server.token, "db": db_path})
+def serve_job(db_path: str, addr: str | None = None, announce: bool = True,
+              stacks: Callable[[str], str] | None = None, record: bool = True) -> ApiServer:
+    """Serve a job's API and dashboard; with ``record``, writes the address and token next
+    to the database (where ``regency top`` looks for them).
+
+    ``stacks`` dumps a proc's stacks for ``/api/v1/stack`` (default: the process's provider,
+    set by a controller serving its own job)."""
+    server = ApiServer(db_path, addr or str(config.get("dashboard_addr")), stacks=stacks).start()
+    if record:
+        write_info(db_path, {"url": server.url, "token": server.token, "db": db_path})
     if announce:
+        where = f", token in {info_path(db_path)}" if record else ""
         print(f"regency dashboard: {server.url}/#token={server.token}  (API: {server.url}"
-              f"/api/v1/, token in {info_path(db_path)})", file=sys.stderr)
+              f"/api/v1/{where})", file=sys.stderr)
     return server

@@ -7,6 +7,10 @@ writer thread inserts each batch in one transaction. Besides the append-only tab
 ``actor_up``, ``actor_end``, ``actor_sample``) that keeps the ``procs`` and ``actors`` tables
 current. The file is in WAL mode, so ``regency query``, the HTTP API and ``regency top`` read
 it while the job writes it.
+
+The writer also keeps ``throughput`` (calls per mesh per second, summed from ``call_counts``
+rows as they are written) and applies the retention policy (``_retention.py``) between
+batches.
 """
 
 from __future__ import annotations
@@ -15,9 +19,12 @@ import logging
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Iterable
 from typing import Any
 
+from ._recorder import now_us
+from ._retention import Retention
 from ._schema import COLUMNS, SCHEMA
 
 __all__ = ["Row", "Store", "connect_readonly", "run_query"]
@@ -54,7 +61,10 @@ _INSERTS = {
     table: f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
     for table, cols in COLUMNS.items()
 }
+_THROUGHPUT = ("INSERT INTO throughput (s, mesh, n) VALUES (?, ?, ?) ON CONFLICT(s, mesh) "
+               "DO UPDATE SET n = n + excluded.n")
 _STOP = object()
+_SWEEP = object()
 
 
 def _open(path: str) -> sqlite3.Connection:
@@ -68,14 +78,20 @@ def _open(path: str) -> sqlite3.Connection:
 class Store:
     """The one writer of a job's database."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, retention: Retention | None = None) -> None:
         self.path = path
         self._db = _open(path)
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.written = 0  # rows written so far (tests wait on it through ``flushed``)
+        self.trimmed = 0  # rows deleted by the retention policy so far
+        self.retention = retention if retention is not None else Retention.from_config()
         self._cond = threading.Condition()
         self._taken = 0
         self._given = 0
+        self._sweeps_asked = 0
+        self._sweeps_done = 0
+        self._sweeping = False
+        self._next_sweep = time.monotonic() + self.retention.every_s
         self._thread = threading.Thread(target=self._run, name="regency-observe-store",
                                         daemon=True)
         self._thread.start()
@@ -98,9 +114,22 @@ class Store:
         self._queue.put(_STOP)
         self._thread.join(timeout)
 
+    def trim(self, timeout: float = 10.0) -> bool:
+        """Apply the retention policy now, and wait until it is done (tests, tools)."""
+        with self._cond:
+            self._sweeps_asked += 1
+            target = self._sweeps_asked
+        self._queue.put(_SWEEP)
+        with self._cond:
+            return self._cond.wait_for(lambda: self._sweeps_done >= target, timeout)
+
     def _run(self) -> None:
         while True:
-            batch = self._queue.get()
+            try:
+                batch = self._queue.get(timeout=self._idle_wait())
+            except queue.Empty:
+                self._trim_step()
+                continue
             batches = [batch]
             while batch is not _STOP:  # take what else is waiting: one transaction
                 try:
@@ -109,17 +138,48 @@ class Store:
                     break
                 batches.append(batch)
             stop = batches[-1] is _STOP
-            rows = [r for b in batches if b is not _STOP for r in b]
+            if any(b is _SWEEP for b in batches):
+                self._sweeping = True
+            batches = [b for b in batches if b is not _STOP and b is not _SWEEP]
+            rows = [r for b in batches for r in b]
             try:
                 self._write(rows)
             except Exception:  # a bad row must not stop recording
                 log.exception("regency: could not write %d observation rows", len(rows))
             with self._cond:
-                self._taken += len(batches) - (1 if stop else 0)
+                self._taken += len(batches)
                 self._cond.notify_all()
             if stop:
                 self._db.close()
                 return
+            if self.retention.active and time.monotonic() >= self._next_sweep:
+                self._sweeping = True
+            if self._sweeping and self._queue.empty():
+                self._trim_step()
+
+    def _idle_wait(self) -> float | None:
+        """How long the writer may wait for rows before a retention step is due."""
+        if self._sweeping:
+            return 0.0
+        if not self.retention.active:
+            return None
+        return max(0.0, self._next_sweep - time.monotonic())
+
+    def _trim_step(self) -> None:
+        """One batch of the retention sweep; a sweep with nothing left to delete ends."""
+        n = 0
+        if self.retention.active:
+            try:
+                n = self.retention.trim_batch(self._db, now_us())
+            except sqlite3.Error:
+                log.exception("regency: could not trim the observation store")
+        self.trimmed += n
+        if n == 0:
+            self._sweeping = False
+            self._next_sweep = time.monotonic() + self.retention.every_s
+            with self._cond:
+                self._sweeps_done = self._sweeps_asked
+                self._cond.notify_all()
 
     def _write(self, rows: Iterable[Row]) -> None:
         grouped: dict[str, list[tuple[Any, ...]]] = {}
@@ -140,8 +200,19 @@ class Store:
                     continue
                 db.executemany(sql, grouped[table])
                 self.written += len(grouped[table])
+            if "call_counts" in grouped:
+                db.executemany(_THROUGHPUT, _per_second(grouped["call_counts"]))
         finally:
             db.execute("COMMIT")
+
+
+def _per_second(counts: list[tuple[Any, ...]]) -> list[tuple[int, str, int]]:
+    """``call_counts`` rows summed per (second, mesh), for ``throughput``."""
+    sums: dict[tuple[int, str], int] = {}
+    for ts, _proc, _actor, mesh, _endpoint, n, _recorded in counts:
+        key = (int(ts) // 1_000_000, mesh or "")
+        sums[key] = sums.get(key, 0) + int(n)
+    return [(s, mesh, n) for (s, mesh), n in sums.items()]
 
 
 def _ordered(kinds: list[str]) -> list[str]:

@@ -10,7 +10,7 @@ import json
 import sqlite3
 from typing import Any
 
-__all__ = ["calls", "events", "logs", "summary", "throughput", "tree"]
+__all__ = ["CALL_FIELDS", "calls", "events", "logs", "summary", "throughput", "tree"]
 
 _LOG_TAIL = 5
 
@@ -66,15 +66,19 @@ def _last_failures(db: sqlite3.Connection) -> dict[str, str]:
 
 
 def _log_tails(db: sqlite3.Connection, n: int) -> dict[str, list[str]]:
+    """The last ``n`` lines of each proc: one indexed look-up per proc (``logs_proc``), so
+    the cost follows the number of procs, not the length of the logs."""
     if n <= 0:
         return {}
     out: dict[str, list[str]] = {}
-    rows = db.execute(
-        "SELECT proc, line FROM (SELECT proc, line, ts_us, rowid AS r, row_number() OVER "
-        "(PARTITION BY proc ORDER BY ts_us DESC, rowid DESC) AS k FROM logs) WHERE k <= ? "
-        "ORDER BY proc, ts_us, r", (n,))
-    for proc, line in rows:
-        out.setdefault(proc, []).append(line)
+    procs = [r[0] for r in db.execute("SELECT proc FROM procs")]
+    for proc in procs:
+        lines = [line for (line,) in db.execute(
+            "SELECT line FROM logs WHERE proc = ? ORDER BY ts_us DESC, rowid DESC LIMIT ?",
+            (proc, n))]
+        if lines:
+            lines.reverse()
+            out[proc] = lines
     return out
 
 
@@ -95,15 +99,24 @@ def events(db: sqlite3.Connection, since_us: int = 0, kind: str | None = None,
     return rows
 
 
+CALL_FIELDS = ("start_us", "end_us", "proc", "actor", "caller", "mesh", "endpoint", "bytes",
+               "ok")
+
+
 def calls(db: sqlite3.Connection, start_us: int | None = None, end_us: int | None = None,
-          limit: int = 2000) -> list[dict[str, Any]]:
-    """Recorded calls that started in the window (default: the last 10 s recorded)."""
+          limit: int = 2000, fields: list[str] | None = None) -> list[dict[str, Any]]:
+    """Recorded calls that started in the window (default: the last 10 s recorded), with
+    all of ``CALL_FIELDS`` or only ``fields``."""
+    cols = list(fields or CALL_FIELDS)
+    wrong = [f for f in cols if f not in CALL_FIELDS]
+    if wrong:
+        raise ValueError(f"no call field {wrong[0]!r}; the fields are {', '.join(CALL_FIELDS)}")
     if start_us is None:
         newest = db.execute("SELECT max(start_us) FROM calls").fetchone()[0] or 0
         start_us = newest - 10_000_000
     rows = _dicts(db.execute(
-        "SELECT start_us, end_us, proc, actor, caller, mesh, endpoint, bytes, ok FROM calls "
-        "WHERE start_us >= ? AND start_us <= ? ORDER BY start_us DESC LIMIT ?",
+        f"SELECT {', '.join(cols)} FROM calls WHERE start_us >= ? AND start_us <= ? "
+        "ORDER BY start_us DESC LIMIT ?",
         (start_us, end_us if end_us is not None else 1 << 62, limit)))
     rows.reverse()
     return rows
@@ -128,17 +141,24 @@ def logs(db: sqlite3.Connection, proc: str | None = None, search: str | None = N
 
 
 def throughput(db: sqlite3.Connection, window_s: int = 60) -> dict[str, Any]:
-    """Calls handled per second per mesh over the last ``window_s`` seconds recorded."""
-    newest = db.execute("SELECT max(ts_us) FROM call_counts").fetchone()[0] or 0
-    start = newest - window_s * 1_000_000
+    """Calls handled per second per mesh over the last ``window_s`` seconds recorded (from
+    the ``throughput`` table the writer keeps; summed from ``call_counts`` in a database
+    written before that table existed)."""
+    try:
+        newest = db.execute("SELECT max(s) FROM throughput").fetchone()[0] or 0
+        rows = db.execute("SELECT mesh, s, n FROM throughput WHERE s > ? ORDER BY s",
+                          (newest - window_s,)).fetchall()
+    except sqlite3.OperationalError:  # no such table: an older file
+        newest_us = db.execute("SELECT max(ts_us) FROM call_counts").fetchone()[0] or 0
+        newest = newest_us // 1_000_000
+        rows = db.execute(
+            "SELECT mesh, ts_us / 1000000 AS s, sum(n) FROM call_counts WHERE ts_us >= ? "
+            "GROUP BY mesh, s ORDER BY s", ((newest - window_s + 1) * 1_000_000,)).fetchall()
     series: dict[str, dict[int, int]] = {}
-    names = dict(db.execute("SELECT DISTINCT mesh, name FROM actors").fetchall())
-    for mesh, second, n in db.execute(
-            "SELECT mesh, ts_us / 1000000 AS s, sum(n) FROM call_counts WHERE ts_us > ? "
-            "GROUP BY mesh, s ORDER BY s", (start,)):
+    for mesh, second, n in rows:
         series.setdefault(mesh, {})[int(second)] = int(n)
-    first = start // 1_000_000 + 1
-    seconds = list(range(first, newest // 1_000_000 + 1)) if newest else []
+    names = dict(db.execute("SELECT DISTINCT mesh, name FROM actors").fetchall())
+    seconds = list(range(newest - window_s + 1, newest + 1)) if newest else []
     return {"seconds": seconds, "meshes": [
         {"mesh": mesh, "name": names.get(mesh, mesh),
          "per_second": [per.get(s, 0) for s in seconds]} for mesh, per in series.items()]}

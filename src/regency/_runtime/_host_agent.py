@@ -410,7 +410,7 @@ class HostAgent:
         if not config.get("enable_log_forwarding"):
             return
         if self.forward_to:  # a worker: the lines belong at the controller's terminal
-            self.rt.send_sys(self.forward_to, ProcOutput(rec.label, kind, text))
+            self.rt.send_sys(self.forward_to, ProcOutput(rec.label, kind, text, rec.addr))
             return
         write_lines(rec.label, kind, text)
 

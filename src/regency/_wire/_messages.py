@@ -213,11 +213,12 @@ class ProcExited(SystemMessage):
 @system_message("proc_output")
 @dataclass(slots=True)
 class ProcOutput(SystemMessage):
-    """From a worker's host agent to its controller: lines its procs printed."""
+    """From a worker's host agent to its controller: lines one of its procs printed."""
 
     label: str
     stream: str  # "stdout" or "stderr"
     lines: list[str]
+    proc: str = ""  # the address of the proc that printed them (for the event store)
 
 
 @system_message("stop_procs")
