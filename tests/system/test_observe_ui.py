@@ -45,7 +45,7 @@ def get(info: dict[str, Any], path: str, token: str | None = None) -> tuple[int,
         return exc.code, json.loads(exc.read())
 
 
-def until(what: str, check: Callable[[], Any], timeout: float = 30.0,
+def until(what: str, check: Callable[[], Any], timeout: float = 90.0,
           shown: Callable[[], str] = lambda: "") -> Any:
     """Wait (bounded) for ``check()`` to be true: recorded rows arrive in batches."""
     deadline = time.monotonic() + timeout
@@ -87,16 +87,20 @@ def test_api_tree_events_calls_logs(live: tuple[Job, dict[str, Any]]) -> None:
     assert all(p["last_failure"] == "RuntimeError: broken on purpose" for p in trainers)
     assert {a["name"]: a["state"] for a in trainers[0]["actors"]} == {
         "workers": "running", "helpers": "running", "broken": "failed"}
-    events = get(info, "events?kind=failure")[1]
-    assert len(events) == 2 and "report" in events[0]["detail"]
+    # every view below is filled by the store's writer in its own batches: wait for each
+    events = until("two failure events", lambda: (
+        lambda ev: len(ev) == 2 and ev)(get(info, "events?kind=failure")[1]))
+    assert "report" in events[0]["detail"]
     calls = until("calls", lambda: len(get(info, "calls")[1]) == 80 and get(info, "calls")[1])
     assert {c["endpoint"] for c in calls} == {"step", "work"}
-    logs = get(info, "logs?q=step%2019")[1]
+    logs = until("both step-19 lines", lambda: (
+        lambda rows: len(rows) == 2 and rows)(get(info, "logs?q=step%2019")[1]))
     assert [x["line"] for x in logs] == ["worker step 19", "worker step 19"]
-    thr = get(info, "throughput")[1]
-    assert sum(sum(m["per_second"]) for m in thr["meshes"]) == 80
-    trace = get(info, "trace")[1]
-    assert trace["otherData"]["calls_and_spans"] == 160
+    until("80 calls in the throughput plot", lambda: sum(
+        sum(m["per_second"]) for m in get(info, "throughput")[1]["meshes"]) == 80,
+        shown=lambda: str(get(info, "throughput")[1]))
+    until("160 calls and spans in the trace", lambda: get(info, "trace")[1][
+        "otherData"]["calls_and_spans"] == 160)
     status, answer = get(info, f"stack?proc={trainers[0]['proc']}")
     assert status == 200 and "(most recent call first)" in answer["stacks"]
     assert "trainers ranks 0" in answer["stacks"]
