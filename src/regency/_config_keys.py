@@ -73,6 +73,9 @@ REGENCY_KEYS: dict[str, Key] = {k.name: k for k in (
     _key("observe_dir", "str", "", "where job databases go (default: .regency/jobs)"),
     _key("observe_call_rate", "int", 2000,
          "calls each process records one by one per second (all are counted)"),
+    _key("observe_sample_interval", "duration", 1.0,
+         "how often each process samples its procs and actors (CPU, memory, queues); 0: "
+         "only when it ends"),
     _key("dashboard", "bool", False,
          "serve the JSON HTTP API and the web dashboard from the controller"),
     _key("dashboard_addr", "str", "127.0.0.1:0", "where the dashboard listens"),

@@ -49,6 +49,12 @@ _UPDATES: dict[str, str] = {
                  "failure=coalesce(excluded.failure, failure)",
     "actor_sample": "UPDATE actors SET sampled_us=?, queue=?, handled=?, rate=? WHERE actor=?",
     "job": "INSERT OR REPLACE INTO job (key, value) VALUES (?, ?)",
+    # retention (a job's TelemetryConfig.retention_secs): rows older than a cutoff go
+    "prune_events": "DELETE FROM events WHERE ts_us < ?",
+    "prune_calls": "DELETE FROM calls WHERE end_us < ?",
+    "prune_spans": "DELETE FROM spans WHERE end_us < ?",
+    "prune_logs": "DELETE FROM logs WHERE ts_us < ?",
+    "prune_call_counts": "DELETE FROM call_counts WHERE ts_us < ?",
 }
 _INSERTS = {
     table: f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
