@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from regency._api._worker_addr import parse_worker_address
 from regency.job import (
     SERVICE_PROC_IDS_ENV,
     SERVICE_PROC_RANK_ENV,
@@ -26,7 +27,6 @@ from regency.job import (
     service_proc_addr,
     service_proc_addrs,
 )
-from regency._api._worker_addr import parse_worker_address
 
 
 def test_service_proc_ids_round_trip_and_label_addresses(monkeypatch: pytest.MonkeyPatch

@@ -279,8 +279,15 @@ def _shell(args: argparse.Namespace) -> int:
     if host.size() != 1:
         raise CliError(f"--point {point} names {host.size()} hosts of {dict(hosts.extent)}; "
                        "name one (every dimension)")
-    if sys.stdin.isatty():
-        print(f"regency shell on {point} (exit or Ctrl-D to leave)", file=sys.stderr)
+    sizes = dict(hosts.extent)
+    rank = 0
+    for dim, size in sizes.items():  # the host's place in the job's mesh, as exec gives it
+        env.setdefault(f"REGENCY_RANK_{dim}", str(point.get(dim, 0)))
+        env.setdefault(f"REGENCY_SIZE_{dim}", str(size))
+        rank = rank * size + point.get(dim, 0)
+    env.setdefault("REGENCY_RANK", str(rank))
+    env.setdefault("REGENCY_WORLD_SIZE", str(hosts.size()))
+    print(f"regency shell on {point} (exit or Ctrl-D to leave)", file=sys.stderr, flush=True)
     return shell(host, env=env, workdir=args.workdir)
 
 

@@ -224,6 +224,7 @@ class JobTrait:
         """
         if self._state is not None:
             return self._state
+        self._configure_components()  # before anything starts: refused if too late
         if os.environ.get("REGENCY_BATCH_JOB") == "1" and os.environ.get("REGENCY_JOB_STATE"):
             return BatchJob(self).state(os.environ["REGENCY_JOB_STATE"])
         if not self.active:
@@ -254,13 +255,7 @@ class JobTrait:
 
     def _attach(self) -> JobState:
         assert self._recorded is not None
-        components = self.__dict__.get("_telemetry_config") is not None or \
-            self.__dict__.get("_admin_config") is not None
-        if components:
-            try:
-                _telemetry.configure_for(self._telemetry_config, self._admin_config)
-            except RuntimeError as exc:
-                raise JobError(f"job {self.name}: {exc}") from None
+        components = self._configure_components()
         try:
             meshes = self._connect(self._recorded)
         except Exception as exc:
@@ -298,6 +293,22 @@ class JobTrait:
         ``config`` or ``MeshAdminConfig(**kwargs)``. Returns the job, for chaining."""
         self._admin_config = config if config is not None else MeshAdminConfig(**kwargs)
         return self
+
+    def _configure_components(self) -> bool:
+        """Set up the configuration the declared components need; whether there are any.
+
+        Raises:
+            JobError: regency already runs in this process without them.
+        """
+        telemetry = self.__dict__.get("_telemetry_config")
+        admin = self.__dict__.get("_admin_config")
+        if telemetry is None and admin is None:
+            return False
+        try:
+            _telemetry.configure_for(telemetry, admin)
+        except RuntimeError as exc:
+            raise JobError(f"job {self.name}: {exc}") from None
+        return True
 
     def _start_components(self) -> None:
         self.__dict__["_pruner"] = _telemetry.start_components(self._telemetry_config)

@@ -265,15 +265,44 @@ class JobProfile:
             json.dump(self.trace, f)
 
 
-def _flush_everything(rt: Any, observer: Any) -> None:
-    """Write what this controller recorded so far (procs flush on their own timer)."""
+def _flush_everything(rt: Any, observer: Any, timeout: float = 10.0) -> None:
+    """Have every running proc of the job send what it recorded, and wait until it is in
+    the store (each proc answers with a marker row after its rows; a proc that does not
+    answer within ``timeout`` only shortens the trace)."""
     import asyncio
+    import uuid
 
-    async def flush() -> None:
-        observer.flush()
+    from .._debug._stacks import job_procs
+    from .._observe._messages import ObserveFlush
+    from .._observe._store import connect_readonly
 
+    token = uuid.uuid4().hex
+    store = observer.store
+    store.flushed(timeout=timeout)
+    db = connect_readonly(store.path)
     try:
-        asyncio.run_coroutine_threadsafe(flush(), rt.loop).result(timeout=10)
+        procs = sorted({p[2] for p in job_procs(rt)})  # every live proc this process spawned
+        for proc in procs:
+            rt.send_sys(proc, ObserveFlush(token))
+
+        async def flush_here() -> None:
+            observer.flush()
+
+        asyncio.run_coroutine_threadsafe(flush_here(), rt.loop).result(timeout=timeout)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            store.flushed(timeout=timeout)
+            answered = db.execute("SELECT count(*) FROM job WHERE key LIKE ?",
+                                  (f"flushed:{token}:%",)).fetchone()[0]
+            alive = sum(1 for p in procs if p not in rt.dead_addrs)
+            if answered >= alive:
+                break
+            time.sleep(0.02)
+        else:
+            log.warning("profile: not every proc sent its records within %ss", timeout)
     except Exception:  # noqa: BLE001 - a missed flush only shortens the trace
         log.debug("telemetry: could not flush before reading the trace", exc_info=True)
-    observer.store.flushed(timeout=10)
+    finally:
+        db.close()
+    store.put([("job_forget", (f"flushed:{token}:%",))])
+    store.flushed(timeout=timeout)

@@ -49,6 +49,7 @@ _UPDATES: dict[str, str] = {
                  "failure=coalesce(excluded.failure, failure)",
     "actor_sample": "UPDATE actors SET sampled_us=?, queue=?, handled=?, rate=? WHERE actor=?",
     "job": "INSERT OR REPLACE INTO job (key, value) VALUES (?, ?)",
+    "job_forget": "DELETE FROM job WHERE key LIKE ?",
     # retention (a job's TelemetryConfig.retention_secs): rows older than a cutoff go
     "prune_events": "DELETE FROM events WHERE ts_us < ?",
     "prune_calls": "DELETE FROM calls WHERE end_us < ?",
