@@ -29,6 +29,11 @@ def test_exec_command_returns_the_worst_exit_status(tmp_path: Path) -> None:
     assert (out / "stderr.txt").read_text() == "oops\n"
     killed = exec_command(this_host(), ["sh", "-c", "kill -9 $$"]).get(timeout=90)
     assert killed == 137
+    assert exec_command(this_host(), ["sh", "-c", "exit 4"], rank=0).get(timeout=90) == 4
+    with pytest.raises(ValueError, match="rank 5 is not in a mesh of 1 hosts"):
+        exec_command(this_host(), ["true"], rank=5)
+    with pytest.raises(ValueError, match="rank or point, not both"):
+        exec_command(this_host(), ["true"], rank=0, point={})
     with pytest.raises(ValueError, match="cmd is empty"):
         exec_command(this_host(), [])
 

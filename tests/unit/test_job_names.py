@@ -143,3 +143,23 @@ def test_telemetry_and_admin_configs_have_monarchs_fields() -> None:
         job.telemetry_query_client()
     with pytest.raises(TypeError):
         job.enable_telemetry(no_such_field=1)
+
+
+def test_the_store_prunes_rows_older_than_the_retention_cutoff(tmp_path: Path) -> None:
+    from regency._observe._store import Store, connect_readonly
+
+    store = Store(str(tmp_path / "job.db"))
+    try:
+        store.put([("events", (100, "spawn", "p", "a", "m", "old", None)),
+                   ("events", (300, "spawn", "p", "a", "m", "new", None)),
+                   ("logs", (100, "p", "l", "stdout", "old line")),
+                   ("logs", (300, "p", "l", "stdout", "new line"))])
+        store.put([(f"prune_{t}", (200,)) for t in ("events", "calls", "spans", "logs",
+                                                    "call_counts")])
+        assert store.flushed()
+    finally:
+        store.close()
+    db = connect_readonly(str(tmp_path / "job.db"))
+    assert [r[0] for r in db.execute("SELECT summary FROM events")] == ["new"]
+    assert [r[0] for r in db.execute("SELECT line FROM logs")] == ["new line"]
+    db.close()
