@@ -96,7 +96,8 @@ NOTES: dict[str, tuple[str, str]] = {
         "different", "`admin_addr` is where regency's JSON API listens (`host:port`)"),
     "monarch.job:SlurmJob": (
         "better", "Monarch's signature, and regency's older one (`nodes=`, `python=`, "
-        "`port=`); `attach_to` raises (no gateway); `out_of_cluster` advertises worker IPs"),
+        "`port=`); `attach_to` raises (no gateway); `out_of_cluster` advertises worker IPs; "
+        "`exclusive` defaults to False (regency's default before)"),
     "monarch.job:SlurmJob.share_node": (
         "different", "reads the partition's nodes with `sinfo` (no clusterscope)"),
     "monarch.job:PortForwarder": (
