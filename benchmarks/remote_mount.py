@@ -2,11 +2,14 @@
 
     .venv/bin/python benchmarks/remote_mount.py                      # 8 hosts, 100 MB
     .venv/bin/python benchmarks/remote_mount.py --hosts 4 --mb 20 --fanout 1 16
+    .venv/bin/python benchmarks/remote_mount.py --netns              # hosts in namespaces
 
-Each host is a ``regency worker`` on loopback; one proc per host reads the whole file
-through its host's mount (``<tmp>/mnt/$SUBDIR``). The controller's bytes are the kernel's
-``bytes_acked`` of this process's TCP sockets (``ss -tinp``), before and after the reads, so
-they count everything it sent, messages and headers included. Goal (issue 17): close to 1.
+Each host is a ``regency worker`` on loopback, or, with ``--netns`` (root), in a network
+namespace of its own on a private bridge (``tests/system/_netns.py``), the controller in
+another; one proc per host reads the whole file through its host's mount
+(``<tmp>/mnt/$SUBDIR``). The controller's bytes are the kernel's ``bytes_acked`` of its TCP
+sockets (``ss -tinp``), before and after the reads, so they count everything it sent,
+messages and headers included. Goal (issue 17): close to 1.
 """
 
 from __future__ import annotations
@@ -79,13 +82,59 @@ def run(addrs: list[str], src: Path, mnt: str, fanout: int, size: int) -> tuple[
     return (after - before) / size, seconds
 
 
+def controller(addrs: list[str], mb: int, fanouts: list[int]) -> None:
+    """Run once per fan-out against running hosts, print the table."""
+    with tempfile.TemporaryDirectory() as tmp:
+        print(f"remotemount: {len(addrs)} hosts read one {mb} MB file", flush=True)
+        for fanout in fanouts:
+            src = Path(tmp) / f"src{fanout}"  # a fresh file: nothing cached anywhere
+            src.mkdir()
+            (src / "big.bin").write_bytes(os.urandom(mb << 20))
+            ratio, secs = run(addrs, src, f"{tmp}/mnt{fanout}/$SUBDIR", fanout, mb << 20)
+            print(f"  fanout {fanout:3d}: controller sent {ratio:5.2f} x the file, "
+                  f"reads took {secs:6.2f} s", flush=True)
+
+
+def main_netns(args: argparse.Namespace) -> None:
+    """Hosts and controller in network namespaces: the controller runs this script again,
+    in its namespace, with ``--addrs``."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "system"))
+    from _netns import test_network
+
+    with test_network(args.hosts) as net, tempfile.TemporaryDirectory() as tmp:
+        addrs = []
+        for i in range(args.hosts):
+            addr = f"tcp://{net.node(i).ip}:26650"
+            log = open(Path(tmp) / f"worker{i}.log", "w")  # noqa: SIM115 - ends with the net
+            net.popen(i, [sys.executable, "-m", "regency", "worker", "--listen", addr],
+                      stdout=log, stderr=subprocess.STDOUT)
+            addrs.append(addr)
+        for i in range(args.hosts):
+            deadline = time.monotonic() + 60
+            while "listening" not in (Path(tmp) / f"worker{i}.log").read_text():
+                if time.monotonic() > deadline:
+                    raise SystemExit((Path(tmp) / f"worker{i}.log").read_text())
+                time.sleep(0.05)
+        print("(hosts and controller in network namespaces on one bridge)", flush=True)
+        net.run("ctl", [sys.executable, __file__, "--mb", str(args.mb), "--fanout",
+                        *map(str, args.fanout), "--addrs", *addrs], timeout=3600,
+                capture_output=False, check=True)
+
+
 def main() -> None:
     """Start the hosts, run once per fan-out, print the table."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--hosts", type=int, default=8)
     p.add_argument("--mb", type=int, default=100)
     p.add_argument("--fanout", type=int, nargs="+", default=[1, 16])
+    p.add_argument("--netns", action="store_true",
+                   help="hosts and controller in network namespaces (needs root)")
+    p.add_argument("--addrs", nargs="+", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.addrs:
+        return controller(args.addrs, args.mb, args.fanout)
+    if args.netns:
+        return main_netns(args)
     with tempfile.TemporaryDirectory() as tmp:
         workers, addrs = [], []
         for _ in range(args.hosts):

@@ -77,6 +77,44 @@ NOTES: dict[str, tuple[str, str]] = {
         "different", "always False: bytes move over shared memory and sockets"),
     "monarch.rdma:RDMAAction.fetch_add": (
         "same", "raises `NotImplementedError`, as Monarch 0.7.0's does"),
+    "monarch.job:JobTrait.enable_telemetry": (
+        "different", "records into regency's event store (SQLite) and serves its dashboard "
+        "(`include_dashboard`); must come before the process's first regency call"),
+    "monarch.job:JobTrait.enable_admin": (
+        "different", "serves regency's JSON HTTP API and dashboard (`job.admin_url`, "
+        "`job.admin_token`); there is no mesh admin agent"),
+    "monarch.job:JobTrait.telemetry_query_client": (
+        "different", "`.query(sql)` runs SQLite SQL over the job's store (Monarch: DataFusion "
+        "over its sidecar); rows are dicts"),
+    "monarch.job:JobTrait.profile": (
+        "different", "a context manager: the calls and spans every proc recorded inside it, "
+        "as a Chrome trace (`prof.trace`, `export_chrome_trace`); not torch's profiler"),
+    "monarch.job:TelemetryConfig": (
+        "different", "`snapshot_interval_secs` is how often procs and actors are sampled; "
+        "`dashboard_port` falls back to a free port when taken"),
+    "monarch.job:MeshAdminConfig": (
+        "different", "`admin_addr` is where regency's JSON API listens (`host:port`)"),
+    "monarch.job:SlurmJob": (
+        "better", "Monarch's signature, and regency's older one (`nodes=`, `python=`, "
+        "`port=`); `attach_to` raises (no gateway); `out_of_cluster` advertises worker IPs; "
+        "`exclusive` defaults to False (regency's default before)"),
+    "monarch.job:SlurmJob.share_node": (
+        "different", "reads the partition's nodes with `sinfo` (no clusterscope)"),
+    "monarch.job:PortForwarder": (
+        "same", "bytes travel as actor messages over the job's authenticated connections"),
+    "monarch.job:SERVICE_PROC_IDS_ENV": (
+        "different", "`REGENCY_SERVICE_PROC_IDS`; ids only label addresses (regency names "
+        "hosts by address)"),
+    "monarch.job:SERVICE_PROC_RANK_ENV": ("different", "`REGENCY_SERVICE_PROC_RANK`"),
+    "monarch.job:new_service_proc_id": (
+        "different", "a `service<...>` string, not a Rust `ProcId`"),
+    "monarch.job:hosts_from_config": (
+        "better", "the mesh of the current context's job (`regency apply`), reattached; "
+        "Monarch's starts two local workers"),
+    "monarch.job:shell": (
+        "same", "a pty on the remote host: Ctrl-C, resize and full-screen programs work"),
+    "monarch.job:LocalJob.process": (
+        "same", "the batch client started by `apply(client_script=...)`"),
     "monarch.rdma:RDMAAction.compare_and_swap": (
         "same", "raises `NotImplementedError`, as Monarch 0.7.0's does"),
 }

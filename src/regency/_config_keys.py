@@ -78,6 +78,9 @@ REGENCY_KEYS: dict[str, Key] = {k.name: k for k in (
          "than this are deleted (0: keep all; as Monarch's TelemetryConfig.retention_secs)"),
     _key("observe_max_rows", "int", 0,
          "most rows kept in each of those tables, the oldest deleted first (0: no limit)"),
+    _key("observe_sample_interval", "duration", 1.0,
+         "how often each process samples its procs and actors (CPU, memory, queues); 0: "
+         "only when it ends"),
     _key("dashboard", "bool", False,
          "serve the JSON HTTP API and the web dashboard from the controller"),
     _key("dashboard_addr", "str", "127.0.0.1:0", "where the dashboard listens"),

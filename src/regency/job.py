@@ -29,11 +29,25 @@ from ._job._base import (
     job_load,
     job_loads,
 )
+from ._job._exec import exec_command, hosts_from_config
 from ._job._k8s import kubernetes_manifests, kubernetes_objects, kubernetes_worker_addresses
 from ._job._k8s_job import KubernetesJob
 from ._job._local import LocalJob, ProcessJob
+from ._job._port_forward import PortForwarder
+from ._job._service_ids import (
+    SERVICE_PROC_IDS_ENV,
+    SERVICE_PROC_RANK_ENV,
+    deserialize_service_proc_ids,
+    new_service_proc_id,
+    ranked_service_proc_id_from_env,
+    serialize_service_proc_ids,
+    service_proc_addr,
+    service_proc_addrs,
+)
+from ._job._shell import shell
 from ._job._slurm import SlurmJob
 from ._job._ssh import SSHJob
+from ._job._telemetry import JobProfile, MeshAdminConfig, TelemetryConfig, TelemetryQueryClient
 
 
 def load_current_job() -> JobTrait:
@@ -69,21 +83,37 @@ def set_current_job(module_path: str) -> None:
 
 __all__ = [
     "DEFAULT_JOB_PATH",
+    "SERVICE_PROC_IDS_ENV",
+    "SERVICE_PROC_RANK_ENV",
     "BatchJob",
     "Job",
     "JobError",
+    "JobProfile",
     "JobState",
     "JobTrait",
     "KubernetesJob",
     "LocalJob",
+    "MeshAdminConfig",
+    "PortForwarder",
     "ProcessJob",
     "SSHJob",
     "SlurmJob",
+    "TelemetryConfig",
+    "TelemetryQueryClient",
+    "deserialize_service_proc_ids",
+    "exec_command",
+    "hosts_from_config",
     "job_load",
     "job_loads",
     "kubernetes_manifests",
     "kubernetes_objects",
     "kubernetes_worker_addresses",
     "load_current_job",
+    "new_service_proc_id",
+    "ranked_service_proc_id_from_env",
+    "serialize_service_proc_ids",
+    "service_proc_addr",
+    "service_proc_addrs",
     "set_current_job",
+    "shell",
 ]

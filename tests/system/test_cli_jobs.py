@@ -88,10 +88,11 @@ def test_apply_exec_shell_kill(project: Path) -> None:
     assert "[exec {'hosts': 1, 'gpus': 1}] /" in res.stdout
     assert "'hosts': 0" not in res.stdout
 
+    # input from a pipe: sent as typed to the remote terminal, then Ctrl-D
     res = regency(project, "shell", "--point", "hosts=1",
-                  stdin="cd /tmp\npwd\necho $REGENCY_RANK_hosts\nexit\n")
-    assert res.returncode == 0, res.stderr
-    assert "[shell {'hosts': 1}] /tmp" in res.stdout and "[shell {'hosts': 1}] 1" in res.stdout
+                  stdin="cd /tmp\necho at-$(pwd)-rank-$REGENCY_RANK_hosts\nexit 3\n")
+    assert res.returncode == 3, res.stderr
+    assert "at-/tmp-rank-1" in res.stdout
 
     state = project / ".regency" / "default" / "state.pkl"
     procs = family(state)
@@ -157,3 +158,40 @@ def test_set_and_load_current_job(project: Path, monkeypatch: pytest.MonkeyPatch
     job = load_current_job()
     assert isinstance(job, ProcessJob) and job.meshes == {"hosts": 1}
     assert (project / ".regency" / "job_state.pkl").is_symlink()
+
+
+def test_shell_is_a_terminal_on_the_remote_host(project: Path) -> None:
+    """``regency shell`` through a pseudo-terminal: a tty there, Ctrl-C interrupts the
+    foreground program only, a resize reaches it, and the exit status comes back."""
+    pexpect = pytest.importorskip("pexpect")
+    assert regency(project, "apply", "jobs.train").returncode == 0
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REGENCY_SECRET")}
+    env.update({"REGENCY_JOB_CACHE": str(project / "cache"), "PYTHONUNBUFFERED": "1",
+                "TERM": "xterm"})
+    child = pexpect.spawn(sys.executable, ["-m", "regency", "shell", "--point", "hosts=1"],
+                          cwd=str(project), env=env, timeout=90, encoding="utf-8",
+                          dimensions=(30, 100))
+    try:
+        child.expect("regency shell on")
+        child.expect(r"[#$] ")  # the remote shell's prompt: it reads what is typed now
+        child.sendline("tty; echo rank-$REGENCY_RANK_hosts-$$")
+        child.expect(r"/dev/pts/\d+")
+        child.expect(r"rank-1-(\d+)")
+        shell_pid = int(child.match.group(1))
+        assert shell_pid != child.pid  # the shell runs on the worker, not here
+        child.sendline("stty size")
+        child.expect(r"30 100")
+        child.setwinsize(40, 120)  # SIGWINCH here: the remote terminal is resized
+        child.sendline("stty size")
+        child.expect(r"40 120")
+        child.sendline("sleep 300; echo not-interrupted")
+        child.expect_exact("sleep 300")
+        child.sendcontrol("c")  # SIGINT to the remote foreground program, not to us
+        child.sendline("echo after-$?")
+        child.expect(r"after-130")
+        child.sendline("exit 5")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 5
+    regency(project, "kill")

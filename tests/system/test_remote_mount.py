@@ -217,3 +217,82 @@ def test_a_job_mounts_on_state_and_unmounts_on_kill(tmp_path: Path) -> None:
     assert "no mesh named ['nope']" in out["bad_mesh"] and "['hosts']" in out["bad_mesh"]
     assert _mounted_under(mnt) == []  # also mnt-back
     assert all(_gone(pid) for pid in out["pids"])
+
+
+REFRESH_CONTROLLER = """
+import hashlib, json, os, sys
+from regency.actor import Actor, attach_to_workers, current_rank, endpoint
+from regency.remotemount import remotemount
+
+class Look(Actor):
+    @endpoint
+    def look(self, mnt):
+        host = "_".join(f"{k}_{v}" for k, v in dict(current_rank()).items())
+        root = mnt.replace("$SUBDIR", host)
+        out = {"ls": sorted(os.listdir(root)), "a": open(os.path.join(root, "a.txt")).read(),
+               "big": hashlib.sha256(open(os.path.join(root, "big.bin"), "rb").read()
+                                     ).hexdigest(),
+               "size": os.stat(os.path.join(root, "a.txt")).st_size}
+        try:
+            out["old"] = open(os.path.join(root, "old.txt")).read()
+        except OSError as exc:
+            out["old"] = exc.strerror
+        return out
+
+src, mnt = sys.argv[3], sys.argv[4]
+hosts = attach_to_workers(sys.argv[1:3])
+handler = remotemount(hosts, src, mnt).open()
+procs = hosts.spawn_procs()
+look = procs.spawn("look", Look)
+before = [v for _, v in look.look.call(mnt).get(timeout=120).items()]
+with open(os.path.join(src, "a.txt"), "w") as f:
+    f.write("version two, longer than the first\\n")
+with open(os.path.join(src, "big.bin"), "r+b") as f:   # one block in the middle changes
+    f.seek(5 << 20)
+    f.write(b"x" * 4096)
+os.utime(os.path.join(src, "big.bin"), ns=(1, 1))       # and its mtime, whatever the clock
+os.remove(os.path.join(src, "old.txt"))
+with open(os.path.join(src, "new.txt"), "w") as f:
+    f.write("added\\n")
+stale = [v for _, v in look.look.call(mnt).get(timeout=120).items()]
+changed = handler.refresh()
+after = [v for _, v in look.look.call(mnt).get(timeout=120).items()]
+out = {"before": before, "stale": stale, "after": after, "changed": changed,
+       "unchanged": handler.refresh(), "stats": handler.stats()}
+procs.stop().get(timeout=60)
+handler.close()
+print("RESULT " + json.dumps(out), flush=True)
+hosts.shutdown().get(timeout=30)
+"""
+
+
+def test_refresh_shows_changed_added_and_removed_files_on_every_host(
+        workers: list[str], tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    big = bytearray(os.urandom(9 << 20))
+    (src / "big.bin").write_bytes(big)
+    (src / "a.txt").write_text("version one\n")
+    (src / "old.txt").write_text("soon gone\n")
+    (tmp_path / "controller.py").write_text(textwrap.dedent(REFRESH_CONTROLLER))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REGENCY_SECRET")}
+    env["REGENCY_SECRET"] = SECRET
+    res = subprocess.run([sys.executable, str(tmp_path / "controller.py"), *workers,
+                          str(src), f"{tmp_path / 'mnt'}/$SUBDIR"], env=env,
+                         capture_output=True, text=True, timeout=170)
+    line = next((x for x in res.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert line is not None, res.stdout + res.stderr
+    out = json.loads(line[len("RESULT "):])
+    first = {"ls": ["a.txt", "big.bin", "old.txt"], "a": "version one\n",
+             "big": hashlib.sha256(big).hexdigest(), "size": 12, "old": "soon gone\n"}
+    assert out["before"] == [first, first]
+    assert out["stale"] == [first, first]  # a snapshot until refresh()
+    big[5 << 20:(5 << 20) + 4096] = b"x" * 4096
+    now = {"ls": ["a.txt", "big.bin", "new.txt"], "a": "version two, longer than the first\n",
+           "big": hashlib.sha256(big).hexdigest(), "size": 35,
+           "old": "No such file or directory"}
+    assert out["after"] == [now, now]
+    assert out["changed"] == ["/", "/a.txt", "/big.bin", "/new.txt", "/old.txt"]
+    assert out["unchanged"] == []
+    # big.bin: 3 blocks, then all 3 again (its mtime changed: the whole file is re-fetched)
+    assert out["stats"]["blocks"] == 3 + 1 + 1 + 3 + 1

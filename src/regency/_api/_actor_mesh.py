@@ -138,11 +138,25 @@ class ActorMesh(MeshTrait):
         return Future._from(done)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (ActorMesh, (self._uid, self._mesh_name, self._cls, self._shape_, self._proc_addrs,
-                            self._full_shape, self._fanout))
+        return (ActorMesh, (self._uid, self._mesh_name, self._cls, self._shape_,
+                            _reachable(self._proc_addrs), self._full_shape, self._fanout))
 
     def __repr__(self) -> str:
         return f"<ActorMesh {self._uid} {self._class_name} {self._shape_.extent}>"
+
+
+def _reachable(addrs: tuple[str, ...]) -> tuple[str, ...]:
+    """``addrs`` as a peer on another host must dial them: this process's own address (an
+    actor spawned on ``this_proc()``, say) becomes its tcp address once it has one (the
+    local one may be an abstract unix socket, which exists in this network namespace only).
+    This process still delivers to that tcp address locally."""
+    from .._runtime import _current
+
+    rt = _current.get()
+    tcp = rt.router.tcp_identity if rt is not None else None
+    if not tcp or rt is None or rt.address not in addrs:
+        return addrs
+    return tuple(tcp if a == rt.address else a for a in addrs)
 
 
 _RESERVED = frozenset(

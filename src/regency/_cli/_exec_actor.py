@@ -40,16 +40,25 @@ class ExecActor(Actor):
         return env
 
     @endpoint
-    def run(self, command: str, env: dict[str, str], workdir: str | None
-            ) -> tuple[dict[str, int], int]:
+    def run(self, command: str, env: dict[str, str], workdir: str | None,
+            output_dir: str | None = None) -> tuple[dict[str, int], int]:
         """Run ``command`` with bash (sh if there is none); this actor's coordinates and the
-        exit status (-N: killed by signal N)."""
+        exit status (-N: killed by signal N). With ``output_dir``, the output goes to
+        ``stdout.txt``/``stderr.txt`` there instead of being forwarded."""
         shell = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
         sys.stdout.flush()
         sys.stderr.flush()
         try:
-            proc = subprocess.run([shell, "-c", command], env=self._env(env),
-                                  cwd=workdir or None, stdin=subprocess.DEVNULL)
+            if output_dir is None:
+                proc = subprocess.run([shell, "-c", command], env=self._env(env),
+                                      cwd=workdir or None, stdin=subprocess.DEVNULL)
+            else:
+                os.makedirs(output_dir, exist_ok=True)
+                with open(os.path.join(output_dir, "stdout.txt"), "wb") as out, \
+                        open(os.path.join(output_dir, "stderr.txt"), "wb") as err:
+                    proc = subprocess.run([shell, "-c", command], env=self._env(env),
+                                          cwd=workdir or None, stdin=subprocess.DEVNULL,
+                                          stdout=out, stderr=err)
         except OSError as exc:  # e.g. the working directory does not exist here
             print(f"regency exec: {exc}", file=sys.stderr, flush=True)
             return dict(self.coords), 127

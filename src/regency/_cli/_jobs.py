@@ -264,51 +264,31 @@ def _summarise(results: list[tuple[dict[str, int], int]]) -> int:
 
 
 def _shell(args: argparse.Namespace) -> int:
-    from ._exec_actor import ExecActor
+    from .._job._shell import shell
 
     env = _pairs(args.env, "-e")
-    workdir = args.workdir or os.getcwd()
-    args.per_host = []
-    _job, _hosts, procs = _target_procs(args)
+    job = _loaded_job()
+    state = job.state(cached_path=str(_state_path()))
+    hosts = getattr(state, args.mesh or next(iter(state._hosts)))
+    point = _pairs(args.point, "--point", int) if args.point else \
+        dict.fromkeys(hosts.extent.labels, 0)
     try:
-        actors = procs.spawn("shell", ExecActor)
-        target = _choose(args, actors, procs)
-        where = dict(next(iter(target.where.call().get(timeout=60).values())))
-        print(f"regency shell on {where} (exit or Ctrl-D to leave)", file=sys.stderr)
-        code = 0
-        for line in _lines(sys.stdin):
-            if line.strip() in ("exit", "logout"):
-                break
-            if line.strip().startswith("cd"):
-                # cd changes the directory of later commands: resolve it there
-                workdir = _cd(target, line.strip()[2:].strip() or "~", workdir, env) or workdir
-                continue
-            if line.strip():
-                codes = target.run.call(line, env, workdir).get()
-                code = int(next(iter(codes.values()))[1])
-        return code
-    finally:
-        procs.stop().get(timeout=60)
-
-
-def _cd(target: Any, where: str, workdir: str, env: dict[str, str]) -> str | None:
-    import tempfile
-
-    with tempfile.NamedTemporaryFile("r", suffix=".pwd") as f:
-        cmd = f"cd {where} && pwd > {shlex.quote(f.name)}"
-        code = int(next(iter(target.run.call(cmd, env, workdir).get().values()))[1])
-        return f.read().strip() if code == 0 else None
-
-
-def _lines(stream: Any) -> Any:
-    interactive = stream.isatty()
-    while True:
-        if interactive:
-            print("$ ", end="", file=sys.stderr, flush=True)
-        line = stream.readline()
-        if not line:
-            return
-        yield line.rstrip("\n")
+        host = hosts.slice(**point)
+    except Exception as exc:  # noqa: BLE001 - reworded for the command line
+        raise CliError(f"--point {point}: not a host of {dict(hosts.extent)}: {exc}") from None
+    if host.size() != 1:
+        raise CliError(f"--point {point} names {host.size()} hosts of {dict(hosts.extent)}; "
+                       "name one (every dimension)")
+    sizes = dict(hosts.extent)
+    rank = 0
+    for dim, size in sizes.items():  # the host's place in the job's mesh, as exec gives it
+        env.setdefault(f"REGENCY_RANK_{dim}", str(point.get(dim, 0)))
+        env.setdefault(f"REGENCY_SIZE_{dim}", str(size))
+        rank = rank * size + point.get(dim, 0)
+    env.setdefault("REGENCY_RANK", str(rank))
+    env.setdefault("REGENCY_WORLD_SIZE", str(hosts.size()))
+    print(f"regency shell on {point} (exit or Ctrl-D to leave)", file=sys.stderr, flush=True)
+    return shell(host, env=env, workdir=args.workdir)
 
 
 # -- the parsers ----------
@@ -392,7 +372,7 @@ def add_commands(sub: Any) -> None:
     p = sub.add_parser("shell", help="an interactive shell on one host of the job",
                        **_help("Example:\n  regency shell                   # host 0\n"
                                "  regency shell --point hosts=1\n"
-                               "Each line runs there (cd is remembered); exit or Ctrl-D "
-                               "leaves."))
+                               "A terminal there (a pty: editors, Ctrl-C, resizing work); "
+                               "exit or Ctrl-D\nleaves, with the shell's exit status."))
     _target_options(p)
     p.set_defaults(run=_wrap(_shell), label="shell", all=False)

@@ -24,17 +24,20 @@ environment (or, over ssh, on standard input), never on a command line.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import pickle
 import secrets
+import subprocess
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from . import _batch, _cache
+from . import _batch, _cache, _telemetry
+from ._telemetry import JobProfile, MeshAdminConfig, TelemetryConfig, TelemetryQueryClient
 
 if TYPE_CHECKING:
     from .._api._proc_mesh import HostMesh
@@ -99,8 +102,12 @@ class JobTrait:
         super().__init_subclass__(**kwargs)
         JobTrait._kinds[cls.kind] = cls
 
-    def __init__(self, *, name: str, mesh_name: str = "hosts",
+    def __init__(self, *, name: str | None = None, mesh_name: str = "hosts",
                  cache_dir: str | os.PathLike[str] | None = None) -> None:
+        self._auto_name = name is None
+        if name is None:  # one per kind and working directory: projects never share workers
+            digest = hashlib.sha1(os.getcwd().encode()).hexdigest()[:10]
+            name = f"{self.kind}-{digest}"
         self.name = _cache.check_name(name)
         self.mesh_name = mesh_name
         self._cache_override = cache_dir
@@ -110,6 +117,11 @@ class JobTrait:
         self._recorded: dict[str, Any] | None = None
         self._apply_id: str | None = None
         self._saved_to: str | None = None
+        self._telemetry_config: TelemetryConfig | None = None
+        self._admin_config: MeshAdminConfig | None = None
+        self._telemetry_db: str | None = None
+        self._admin: dict[str, str] | None = None
+        self._client: subprocess.Popen[bytes] | None = None
 
     # -- what subclasses provide ---------------------------------------------------------------
     def _spec(self) -> dict[str, Any]:
@@ -188,7 +200,7 @@ class JobTrait:
             _cache.save(folder, self.name, state)
             self._adopt(state, "launched")
         if client_script is not None:
-            _batch.run_client(self, client_script)
+            self._client = _batch.run_client(self, client_script)
         return list(self._workers)
 
     def _adopt(self, recorded: dict[str, Any], status: str) -> None:
@@ -212,6 +224,7 @@ class JobTrait:
         """
         if self._state is not None:
             return self._state
+        self._configure_components()  # before anything starts: refused if too late
         if os.environ.get("REGENCY_BATCH_JOB") == "1" and os.environ.get("REGENCY_JOB_STATE"):
             return BatchJob(self).state(os.environ["REGENCY_JOB_STATE"])
         if not self.active:
@@ -242,6 +255,7 @@ class JobTrait:
 
     def _attach(self) -> JobState:
         assert self._recorded is not None
+        components = self._configure_components()
         try:
             meshes = self._connect(self._recorded)
         except Exception as exc:
@@ -251,8 +265,106 @@ class JobTrait:
                            f"{exc}{hint}") from exc
         self._state = JobState(meshes, name=self.name, workers=self._workers,
                                status=self._status)
+        if components:
+            self._start_components()
         self._open_mounts(meshes)
         return self._state
+
+    # -- telemetry and admin (Monarch's JobTrait.enable_telemetry / enable_admin) -------------
+    def enable_telemetry(self, config: TelemetryConfig | None = None, *,
+                         mesh_admin_config: MeshAdminConfig | None = None,
+                         **kwargs: Any) -> JobTrait:
+        """Record the job into its event store from the next :meth:`state` on.
+
+        ``config`` (or ``TelemetryConfig(**kwargs)``) says how long rows are kept, how often
+        procs and actors are sampled, and whether the dashboard is served (on
+        ``dashboard_port``). ``mesh_admin_config`` also serves the JSON API, as
+        :meth:`enable_admin`. Must come before the process's first regency call. Returns
+        the job, for chaining. See ``docs/jobs.md``.
+        """
+        self._telemetry_config = config if config is not None else TelemetryConfig(**kwargs)
+        if mesh_admin_config is not None:
+            self._admin_config = mesh_admin_config
+        return self
+
+    def enable_admin(self, config: MeshAdminConfig | None = None, **kwargs: Any) -> JobTrait:
+        """Serve the job's JSON HTTP API and dashboard from the next :meth:`state` on
+        (regency's stand-in for Monarch's mesh admin server); :attr:`admin_url` names it.
+        ``config`` or ``MeshAdminConfig(**kwargs)``. Returns the job, for chaining."""
+        self._admin_config = config if config is not None else MeshAdminConfig(**kwargs)
+        return self
+
+    def _configure_components(self) -> bool:
+        """Set up the configuration the declared components need; whether there are any.
+
+        Raises:
+            JobError: regency already runs in this process without them.
+        """
+        telemetry = self.__dict__.get("_telemetry_config")
+        admin = self.__dict__.get("_admin_config")
+        if telemetry is None and admin is None:
+            return False
+        try:
+            _telemetry.configure_for(telemetry, admin)
+        except RuntimeError as exc:
+            raise JobError(f"job {self.name}: {exc}") from None
+        return True
+
+    def _start_components(self) -> None:
+        self._telemetry_db = _telemetry.store_path()
+        self._admin = _telemetry.admin_info()
+
+    @property
+    def admin_url(self) -> str | None:
+        """The URL of the job's JSON API and dashboard (``enable_admin``, or telemetry with
+        ``include_dashboard``) once :meth:`state` served it; the token is in
+        :attr:`admin_token`."""
+        admin = self.__dict__.get("_admin")
+        return None if admin is None else admin["url"]
+
+    @property
+    def admin_token(self) -> str | None:
+        """The bearer token of :attr:`admin_url`'s ``/api/v1/`` endpoints."""
+        admin = self.__dict__.get("_admin")
+        return None if admin is None else admin["token"]
+
+    def telemetry_query_client(self) -> TelemetryQueryClient:
+        """A client running SQL over the job's event store (``.query(sql)``).
+
+        Works in any process that can read the store, e.g. after ``job_load()``.
+
+        Raises:
+            RuntimeError: the job is not running, has no telemetry, or its store is gone.
+        """
+        if not self.active:
+            raise RuntimeError(f"job {self.name} is not running: apply it (job.state()) first")
+        if self.__dict__.get("_telemetry_config") is None:
+            raise RuntimeError(f"job {self.name} has no telemetry: call job.enable_telemetry() "
+                               "before job.state()")
+        db = self.__dict__.get("_telemetry_db")
+        if db is None:
+            raise RuntimeError(f"job {self.name}: its telemetry store is not open yet: call "
+                               "job.state() first")
+        return _telemetry.TelemetryQueryClient(db)
+
+    def profile(self, *, on_trace_ready: Callable[[JobProfile], object] | None = None
+                ) -> JobProfile:
+        """Profile a block of work: ``with job.profile(on_trace_ready=fn) as prof: ...``.
+
+        The calls and spans every proc recorded inside the block become a Chrome trace
+        (``prof.trace``, ``prof.export_chrome_trace(path)``), passed to ``on_trace_ready``.
+
+        Raises:
+            RuntimeError: telemetry was not enabled, or :meth:`state` was not called yet.
+        """
+        if self.__dict__.get("_telemetry_config") is None:
+            raise RuntimeError("job.profile() needs the job's telemetry: call "
+                               "job.enable_telemetry() before job.state()")
+        db = _telemetry.store_path()
+        if db is None:
+            raise RuntimeError("job.profile(): telemetry is not recording in this process; "
+                               "call job.state() first")
+        return _telemetry.JobProfile(db, on_trace_ready)
 
     # -- mounts (Monarch's JobTrait.remote_mount / gather_mount) -------------------------------
     def remote_mount(self, source: str, mntpoint: str | None = None,
@@ -388,6 +500,7 @@ class JobTrait:
         state["_state"] = None
         state["_saved_to"] = None
         state.pop("_mount_handles", None)
+        state["_client"] = None
         return state
 
     def __enter__(self) -> JobTrait:

@@ -51,6 +51,25 @@ def _client(kubeconfig: str | None) -> Any:
     return k8s.client
 
 
+def _server(client: Any) -> str:
+    try:
+        return str(client.Configuration.get_default_copy().host)
+    except Exception:  # noqa: BLE001 - only for a message
+        return "(unknown)"
+
+
+def _call(job: str, client: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)``; a failure to reach the API server becomes a JobError."""
+    try:
+        return fn(*args, **kwargs)
+    except client.exceptions.ApiException:
+        raise
+    except Exception as exc:
+        raise JobError(f"KubernetesJob {job}: cannot reach the Kubernetes API server at "
+                       f"{_server(client)}: {type(exc).__name__}: {exc}. Check the server "
+                       "of your kubeconfig and that it is reachable from here") from None
+
+
 class KubernetesJob(JobTrait):
     """Worker hosts as Kubernetes pods (Monarch's KubernetesJob).
 
@@ -163,13 +182,15 @@ class KubernetesJob(JobTrait):
                 core, obj["kind"].lower())
             name = obj["metadata"]["name"]
             try:
-                getattr(api, f"create_namespaced_{what}")(self.namespace, obj)
+                _call(self.name, client, getattr(api, f"create_namespaced_{what}"),
+                      self.namespace, obj)
             except client.exceptions.ApiException as exc:
                 if exc.status != 409:
                     raise JobError(f"KubernetesJob {self.name}: cannot create {obj['kind']} "
                                    f"{self.namespace}/{name}: {exc.status} {exc.reason}"
                                    ) from None
-                getattr(api, f"replace_namespaced_{what}")(name, self.namespace, obj)
+                _call(self.name, client, getattr(api, f"replace_namespaced_{what}"), name,
+                      self.namespace, obj)
 
     def _await_pods(self, client: Any, mesh: str, m: dict[str, Any],
                     deadline: float) -> list[dict[str, Any]]:
@@ -178,7 +199,13 @@ class KubernetesJob(JobTrait):
         core = client.CoreV1Api()
         delay, seen = 0.5, 0
         while True:
-            pods = core.list_namespaced_pod(self.namespace, label_selector=selector).items
+            try:
+                pods = _call(self.name, client, core.list_namespaced_pod, self.namespace,
+                             label_selector=selector).items
+            except client.exceptions.ApiException as exc:
+                raise JobError(f"KubernetesJob {self.name}: cannot list the pods of mesh "
+                               f"{mesh!r} ({selector!r} in namespace {self.namespace!r}): "
+                               f"{exc.status} {exc.reason}") from None
             ready = [p for p in pods if p.status.phase == "Running" and p.status.pod_ip]
             seen = len(pods)
             if len(ready) >= m["replicas"]:

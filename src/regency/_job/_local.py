@@ -9,7 +9,6 @@ whatever of it (its fork server, its procs) is left after a grace period.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import signal
@@ -71,10 +70,6 @@ class ProcessJob(JobTrait):
             if not isinstance(n, int) or isinstance(n, bool) or n < 1:
                 raise ValueError(f"mesh {mesh!r}: the number of hosts must be a positive int, "
                                  f"got {n!r}")
-        self._auto_name = name is None
-        if name is None:
-            digest = hashlib.sha1(os.getcwd().encode()).hexdigest()[:10]
-            name = f"{self.kind}-{digest}"
         super().__init__(name=name, mesh_name=next(iter(meshes)), cache_dir=cache_dir)
         self.meshes = meshes
         self.env = dict(env or {})
@@ -132,6 +127,19 @@ class ProcessJob(JobTrait):
                                f"its output ({log}):\n{_tail(text)}")
             time.sleep(delay)
             delay = min(delay * 2, 0.1)
+
+    @property
+    def process(self) -> subprocess.Popen[bytes]:
+        """The batch client ``apply(client_script=...)`` started from this object.
+
+        Raises:
+            ValueError: this object started no batch client.
+        """
+        client = self.__dict__.get("_client")
+        if client is None:
+            raise ValueError(f"job {self.name}: no batch client was started from this object "
+                             "(job.apply(client_script='train.py') starts one)")
+        return client
 
     @classmethod
     def _alive(cls, recorded: dict[str, Any]) -> bool:

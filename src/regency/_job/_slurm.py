@@ -16,6 +16,7 @@ lies under the job cache (``~/.cache/regency/jobs/NAME/``, usually on a shared h
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import shlex
@@ -24,7 +25,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,57 +38,127 @@ _DONE = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL
 
 
 class SlurmJob(Job):
-    """Worker hosts in a SLURM allocation: ``nodes * ntasks_per_node`` workers.
+    """Worker hosts in one SLURM allocation: ``ntasks_per_node`` workers per node.
 
     Example::
 
         from regency.job import SlurmJob
 
-        job = SlurmJob(nodes=4, partition="gpu", gpus_per_node=8, time_limit="2:00:00")
-        procs = job.host_mesh().spawn_procs(per_host={"gpus": 8})     # {hosts: 4, gpus: 8}
+        job = SlurmJob({"trainers": 4, "judges": 1}, partition="gpu", gpus_per_node=8,
+                       time_limit="2:00:00")                   # Monarch's form
+        state = job.state()
+        procs = state.trainers.spawn_procs(per_host={"gpus": 8})   # {hosts: 4, gpus: 8}
         ...
-        job.kill()                                                      # scancel
+        job.kill()                                              # scancel
+
+        SlurmJob(nodes=4, partition="gpu")      # regency's older form: one mesh, "hosts"
+
+    Every mesh's nodes come from the same ``sbatch`` allocation (nodes in mesh order).
 
     Args:
-        nodes: nodes to allocate; ``ntasks_per_node`` workers (hosts) run on each.
-        python: the interpreter on the nodes (regency installed; default: this one).
-        port: the port of the first worker on a node (+1 per further task; 0: any free port).
-        partition, time_limit, account, qos, gpus_per_node, cpus_per_task, mem, exclusive:
-            the usual sbatch options (None: not given).
+        meshes: mesh name -> nodes (Monarch's form), or a number of nodes for one mesh
+            named ``mesh_name``.
+        python_exe: the interpreter on the nodes (regency installed; default: this one).
         slurm_args: more ``#SBATCH`` lines, e.g. ``["--constraint=a100"]``.
+        monarch_port: the port of the first worker on a node (+1 per further task; 0: any
+            free port).
+        job_name: SLURM's name for the job (default ``regency-<name>``).
+        ntasks_per_node: workers (hosts) per node.
+        time_limit, partition, exclusive, gpus_per_node, cpus_per_task, mem, account, qos:
+            the usual sbatch options (None: not given).
+        log_dir: where SLURM writes the job's output (default: the job cache's folder).
+        job_start_timeout: seconds to wait for the allocation and every worker.
+        out_of_cluster: the controller runs outside the cluster: workers advertise their IP
+            address rather than their hostname (regency dials every worker directly; see
+            ``docs/jobs.md``).
+        attach_to: Monarch's worker gateway; regency has none (refused with a message).
+        bind_to: the IP address workers listen on (default ``0.0.0.0``); they still
+            advertise their hostname (or IP).
+        nodes, python, port, start_timeout: regency's older names of ``meshes`` (as a
+            number), ``python_exe``, ``monarch_port`` and ``job_start_timeout``.
         advertise: ``"hostname"`` (default), ``"ip"``, or a name: how workers are reached.
         rendezvous_dir: a folder shared by the controller and the nodes.
-        start_timeout: seconds to wait for the allocation and every worker.
     """
 
     kind = "slurm"
 
-    def __init__(self, nodes: int = 1, *, name: str = "slurm", ntasks_per_node: int = 1,
-                 python: str | None = None, port: int = 26600, partition: str | None = None,
-                 time_limit: str | None = None, account: str | None = None,
-                 qos: str | None = None, gpus_per_node: int | None = None,
+    def __init__(self, meshes: Mapping[str, int] | int | None = None,
+                 python_exe: str | None = None, slurm_args: Sequence[str] = (),
+                 monarch_port: int | None = None, job_name: str | None = None,
+                 ntasks_per_node: int = 1, time_limit: str | None = None,
+                 partition: str | None = None, log_dir: str | os.PathLike[str] | None = None,
+                 exclusive: bool = False, gpus_per_node: int | None = None,
                  cpus_per_task: int | None = None, mem: str | None = None,
-                 exclusive: bool = False, slurm_args: Sequence[str] = (),
-                 job_name: str | None = None, advertise: str = "hostname",
+                 job_start_timeout: float | None = None, account: str | None = None,
+                 qos: str | None = None, out_of_cluster: bool = False,
+                 attach_to: str | None = None, bind_to: str | None = None, *,
+                 nodes: int | None = None, name: str = "slurm", python: str | None = None,
+                 port: int = 26600, advertise: str | None = None,
                  rendezvous_dir: str | os.PathLike[str] | None = None,
                  start_timeout: float = 300.0, mesh_name: str = "hosts",
                  cache_dir: str | os.PathLike[str] | None = None) -> None:
-        if nodes < 1 or ntasks_per_node < 1:
-            raise ValueError("nodes and ntasks_per_node must be at least 1")
-        super().__init__(name=name, mesh_name=mesh_name, cache_dir=cache_dir)
-        self.nodes = nodes
+        if attach_to is not None:
+            raise ValueError(f"SlurmJob(attach_to={attach_to!r}): regency has no worker "
+                             "gateway; the controller dials every worker directly. Run it "
+                             "inside the cluster, or use out_of_cluster=True where worker IPs "
+                             "are routable from here")
+        self.meshes = _mesh_sizes(meshes, nodes, mesh_name)
+        if ntasks_per_node < 1:
+            raise ValueError("ntasks_per_node must be at least 1")
+        super().__init__(name=name, mesh_name=next(iter(self.meshes)), cache_dir=cache_dir)
         self.ntasks_per_node = ntasks_per_node
-        self.python = python or sys.executable
-        self.port = int(port)
+        self.python = python_exe or python or sys.executable
+        self.port = int(port if monarch_port is None else monarch_port)
         self.options = {"partition": partition, "time": time_limit, "account": account,
                         "qos": qos, "gpus-per-node": gpus_per_node,
                         "cpus-per-task": cpus_per_task, "mem": mem}
         self.exclusive = exclusive
         self.slurm_args = list(slurm_args)
         self.job_name = job_name or f"regency-{self.name}"
-        self.advertise = advertise
+        self.advertise = advertise or ("ip" if out_of_cluster else "hostname")
+        if bind_to is not None:
+            try:
+                bind_to = str(ipaddress.ip_address(bind_to))
+            except ValueError:
+                raise ValueError(f"SlurmJob(bind_to={bind_to!r}): give an IPv4 or IPv6 "
+                                 "address, without a port") from None
+        self.bind_to = bind_to
+        self.slurm_log_dir = Path(log_dir) if log_dir else None
         self.rendezvous_dir = Path(rendezvous_dir) if rendezvous_dir else None
-        self.start_timeout = start_timeout
+        self.start_timeout = float(start_timeout if job_start_timeout is None
+                                   else job_start_timeout)
+
+    @property
+    def nodes(self) -> int:
+        """How many nodes the allocation has (every mesh's)."""
+        return sum(self.meshes.values())
+
+    def _mesh_names(self) -> list[str]:
+        return list(self.meshes)
+
+    def add_mesh(self, name: str, num_nodes: int) -> None:
+        """Add a mesh of ``num_nodes`` nodes to the job (before it is applied)."""
+        self.meshes = {**self.meshes, **_mesh_sizes({name: num_nodes}, None, name)}
+
+    def share_node(self, tasks_per_node: int, gpus_per_task: int, partition: str) -> None:
+        """Share nodes with other jobs instead of taking them whole.
+
+        The allocation stops being exclusive and asks, per node, for ``tasks_per_node``
+        workers with ``gpus_per_task`` GPUs each on ``partition``; each task's CPUs and
+        memory are the node's share per GPU (read with ``sinfo`` when it is on PATH, else
+        left to SLURM's defaults).
+        """
+        if tasks_per_node < 1 or gpus_per_task < 0:
+            raise ValueError("share_node: tasks_per_node >= 1 and gpus_per_task >= 0")
+        self.exclusive = False
+        self.ntasks_per_node = tasks_per_node
+        self.options["partition"] = partition
+        self.options["gpus-per-node"] = tasks_per_node * gpus_per_task or None
+        node = _partition_node(partition)
+        if node is not None and node["gpus"] and gpus_per_task:
+            share = gpus_per_task / node["gpus"]
+            self.options["cpus-per-task"] = max(1, int(node["cpus"] * share))
+            self.options["mem"] = f"{max(1, int(node['mem_mb'] * share))}M"
 
     @property
     def size(self) -> int:
@@ -95,14 +166,21 @@ class SlurmJob(Job):
         return self.nodes * self.ntasks_per_node
 
     def _spec(self) -> dict[str, Any]:
-        return {"nodes": self.nodes, "ntasks_per_node": self.ntasks_per_node,
+        return {"meshes": self.meshes, "ntasks_per_node": self.ntasks_per_node,
                 "python": self.python, "port": self.port, "options": self.options,
                 "exclusive": self.exclusive, "slurm_args": self.slurm_args,
-                "job_name": self.job_name, "advertise": self.advertise}
+                "job_name": self.job_name, "advertise": self.advertise,
+                "bind_to": self.bind_to}
+
+    @property
+    def _slurm_logs(self) -> Path:
+        path = self.slurm_log_dir or self.log_dir
+        path.mkdir(parents=True, exist_ok=True)
+        return path
 
     def script(self, rendezvous: Path) -> str:
         """The sbatch script (no secret in it: that comes through the environment)."""
-        out = self.log_dir / "slurm-%j.out"
+        out = self._slurm_logs / "slurm-%j.out"
         lines = ["#!/bin/bash", f"#SBATCH --job-name={self.job_name}",
                  f"#SBATCH --nodes={self.nodes}",
                  f"#SBATCH --ntasks-per-node={self.ntasks_per_node}",
@@ -113,6 +191,8 @@ class SlurmJob(Job):
         lines += [f"#SBATCH {a}" for a in self.slurm_args]
         boot = [self.python, "-m", "regency._job._boot", "--port", str(self.port),
                 "--advertise", self.advertise, "--rendezvous", str(rendezvous)]
+        if self.bind_to is not None:
+            boot += ["--bind", self.bind_to]
         lines += ["", "# one regency worker host per task; each writes its address to the",
                   "# rendezvous folder, where the controller finds it",
                   "export PYTHONUNBUFFERED=1",
@@ -153,13 +233,13 @@ class SlurmJob(Job):
         while True:
             entries = _read_entries(rendezvous)
             if len(entries) >= self.size:
-                return [entries[r] for r in sorted(entries)][: self.size]
+                return self._by_mesh([entries[r] for r in sorted(entries)][: self.size])
             now = time.monotonic()
             if now >= next_check:
                 st = job_state(job_id)
                 if st is None or st in _DONE:
                     raise JobError(f"SLURM job {job_id} ended ({st or 'gone'}) before its "
-                                   f"workers started; see {self.log_dir}/slurm-{job_id}.out:\n"
+                                   f"workers started; see {self._slurm_logs}/slurm-{job_id}.out:\n"
                                    f"{self._output_tail(job_id)}")
                 next_check = now + 1.0
             if now > deadline:
@@ -167,9 +247,18 @@ class SlurmJob(Job):
                                f"started within {self.start_timeout}s (state {st})")
             time.sleep(0.1)
 
+    def _by_mesh(self, workers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Label the workers (in rank order) with their mesh: each mesh takes its nodes'
+        tasks in turn."""
+        out: list[dict[str, Any]] = []
+        for mesh, n in self.meshes.items():
+            take = workers[len(out): len(out) + n * self.ntasks_per_node]
+            out += [dict(w, mesh=mesh) for w in take]
+        return out
+
     def _output_tail(self, job_id: str) -> str:
         try:
-            text = (self.log_dir / f"slurm-{job_id}.out").read_text(errors="replace")
+            text = (self._slurm_logs / f"slurm-{job_id}.out").read_text(errors="replace")
         except OSError:
             return "(no output)"
         return "\n".join(text.splitlines()[-20:])
@@ -221,3 +310,43 @@ def _read_entries(folder: Path) -> dict[int, dict[str, Any]]:
         except (OSError, ValueError, KeyError):
             continue
     return entries
+
+
+def _mesh_sizes(meshes: Mapping[str, int] | int | None, nodes: int | None,
+                mesh_name: str) -> dict[str, int]:
+    """The job's meshes: ``{name: nodes}`` from Monarch's dict or regency's node count."""
+    if meshes is None:
+        meshes = 1 if nodes is None else nodes
+    elif nodes is not None:
+        raise ValueError("SlurmJob: give meshes or nodes=, not both")
+    sizes = {mesh_name: meshes} if isinstance(meshes, int) else dict(meshes)
+    if not sizes:
+        raise ValueError("SlurmJob needs at least one mesh: SlurmJob({'hosts': 2})")
+    for mesh, n in sizes.items():
+        if not isinstance(mesh, str) or not mesh.isidentifier():
+            raise ValueError(f"SlurmJob: mesh name {mesh!r} must be a Python identifier")
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ValueError(f"SlurmJob: mesh {mesh!r} needs a positive number of nodes, "
+                             f"got {n!r}")
+    return sizes
+
+
+def _partition_node(partition: str) -> dict[str, int] | None:
+    """CPUs, memory (MB) and GPUs of one node of ``partition`` from ``sinfo`` (or None)."""
+    if shutil.which("sinfo") is None:
+        return None
+    res = subprocess.run(["sinfo", "-h", "-p", partition, "-o", "%c %m %G"],
+                         capture_output=True, text=True, timeout=30)
+    line = res.stdout.strip().splitlines()[0] if res.stdout.strip() else ""
+    parts = line.split()
+    if res.returncode != 0 or len(parts) < 3:
+        return None
+    gpus = 0
+    for gres in parts[2].split(","):
+        fields = gres.split("(")[0].split(":")
+        if fields[0] == "gpu" and fields[-1].isdigit():
+            gpus += int(fields[-1])
+    try:
+        return {"cpus": int(parts[0]), "mem_mb": int(parts[1].rstrip("+")), "gpus": gpus}
+    except ValueError:
+        return None

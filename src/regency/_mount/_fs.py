@@ -31,6 +31,7 @@ class BlockCache:
 
     def __init__(self, tree: Tree, ask: Callable[[str, int], None]) -> None:
         self.tree = tree
+        self.kids = children(tree)
         self.ask = ask
         self.dir = tempfile.mkdtemp(prefix="regency-mount-")
         self.have: set[tuple[str, int]] = set()
@@ -69,16 +70,44 @@ class BlockCache:
         if first:
             self.ask(path, block)
         with self.cond:
-            return self.cond.wait_for(lambda: key in self.have or self.closed,
-                                      FETCH_TIMEOUT_S) and key in self.have
+            return self.cond.wait_for(
+                lambda: key in self.have or self.closed or key not in self.asked,
+                FETCH_TIMEOUT_S) and key in self.have
 
     def read(self, path: str, size: int, offset: int) -> bytes:
         """``size`` bytes at ``offset`` of ``path``, fetching what is missing."""
-        length = self.tree[path][1]
+        entry = self.tree.get(path)
+        if entry is None:
+            raise OSError(errno.ENOENT, f"{path} is gone (the mount was refreshed)")
+        length = entry[1]
         for block in blocks_of(offset, size, length):
             if not self.ensure(path, block):
                 raise OSError(errno.EIO, f"block {block} of {path} did not arrive")
         return os.pread(self._fd(path), min(size, max(0, length - offset)), offset)
+
+    def update(self, tree: Tree, changed: list[str]) -> None:
+        """A new listing: ``changed`` paths (modified, added or removed) lose their blocks.
+
+        A read waiting for a block of a changed file asks for it again (the source forgot
+        it had sent it), so it gets the new content; every later read does too.
+        """
+        dropped = set(changed)
+        with self.cond:
+            again = {(path, block) for path, block in self.asked
+                     if path in dropped and (path, block) not in self.have
+                     and path in tree and block * BLOCK < tree[path][1]}
+            self.have = {k for k in self.have if k[0] not in dropped}
+            self.asked = {k for k in self.asked if k[0] not in dropped} | again
+            for path in dropped:
+                fd = self.fds.pop(path, None)
+                if fd is not None:
+                    os.ftruncate(fd, 0)
+                    os.close(fd)
+            self.tree = tree
+            self.kids = children(tree)
+            self.cond.notify_all()  # readers of blocks that no longer exist fail now
+        for path, block in sorted(again):
+            self.ask(path, block)
 
     def close(self) -> None:
         """Wake any reader (they fail) and remove the cache."""
@@ -94,7 +123,6 @@ class BlockCache:
 def cache_operations(cache: BlockCache, ready: threading.Event) -> Any:
     """An ``mfusepy.Operations`` serving ``cache`` read-only."""
     fuse = importlib.import_module("mfusepy")
-    kids = children(cache.tree)
     uid, gid = os.getuid(), os.getgid()
 
     def attrs(path: str) -> dict[str, Any]:
@@ -114,6 +142,7 @@ def cache_operations(cache: BlockCache, ready: threading.Event) -> Any:
             return attrs(path)
 
         def readdir(self, path: str, fh: int) -> list[str]:
+            kids = cache.kids
             if path not in kids:
                 raise fuse.FuseOSError(errno.ENOTDIR)
             return [".", "..", *kids[path]]
@@ -151,7 +180,8 @@ class FuseMount:
         fuse = importlib.import_module("mfusepy")
         try:
             fuse.FUSE(self.make_ops(self.ready), self.mountpoint, foreground=True,
-                      ro=True, fsname="regency", auto_unmount=True, max_threads=16)
+                      ro=True, fsname="regency", auto_unmount=True, max_threads=16,
+                      attr_timeout=0, entry_timeout=0, negative_timeout=0)
         except BaseException as exc:  # noqa: BLE001 - reported by start()
             self.error = exc
         finally:

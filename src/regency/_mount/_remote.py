@@ -4,7 +4,8 @@ Theory of operation
 -------------------
 * The controller runs a :class:`MountSource` actor in its own process (``this_proc()``). It
   lists the directory once; the listing travels to the hosts with the mount, so ``stat`` and
-  ``ls`` never reach the controller.
+  ``ls`` never reach the controller. ``refresh()`` lists it again and casts the new listing
+  with the changed paths; hosts drop those files' blocks (fetched again when read).
 * Each host gets one proc holding a :class:`MountHost` actor, which mounts a FUSE file system
   (``mfusepy``) at the mount point, backed by a per-host block cache (4 MiB blocks).
 * A read of a block the host lacks asks the source for it, once per host however many procs
@@ -70,6 +71,23 @@ class MountSource(Actor):
         self.hosts.deliver.broadcast(path, block, data)
 
     @endpoint
+    def refresh(self) -> list[str]:
+        """List the directory again and update every host: the paths that changed.
+
+        A file changed (size or mtime), added or removed loses its blocks on every host and
+        here (its blocks will be read and cast again when asked for). The update is cast by
+        this actor, after every block it cast before, so no host keeps an old block.
+        """
+        new = list_tree(self.root)
+        changed = sorted(p for p in set(self.tree) | set(new) if self.tree.get(p) != new.get(p))
+        self.tree = new
+        gone = set(changed)
+        self.sent = {k for k in self.sent if k[0] not in gone}
+        if self.hosts is not None and changed:
+            self.hosts.update.call(new, changed).get()
+        return changed
+
+    @endpoint
     def stats(self) -> dict[str, int]:
         """``{"blocks": cast, "bytes": read from disk and cast}``."""
         return {"blocks": self.blocks, "bytes": self.read_bytes}
@@ -108,6 +126,13 @@ class MountHost(Actor):
         """A block cast by the source."""
         if self.cache is not None:
             self.cache.deliver(path, block, data)
+
+    @endpoint
+    def update(self, tree: Tree, changed: list[str]) -> None:
+        """A new listing from the source (``refresh``): drop the changed files' blocks."""
+        self.tree = tree
+        if self.cache is not None:
+            self.cache.update(tree, changed)
 
     @endpoint
     def unmount(self) -> None:
@@ -169,6 +194,22 @@ class MountHandler:
         self.mountpoints = [p for _, (p, _pid) in got.items()]
         self.pids = [pid for _, (_p, pid) in got.items()]
         return self
+
+    def refresh(self) -> list[str]:
+        """Show the directory as it is now on every host (Monarch's ``refresh``).
+
+        The listing is sent again; files changed, added or removed since the last listing
+        are seen on every host when this returns (their cached blocks are dropped and
+        fetched again on the next read). Returns the paths that changed (``/rel/path``).
+
+        Raises:
+            RuntimeError: the mount is not open.
+        """
+        if self._source is None:
+            raise RuntimeError("remotemount: refresh() of a mount that is not open; call "
+                               "open() first")
+        changed: list[str] = self._source.refresh.call_one().get()
+        return changed
 
     def stats(self) -> dict[str, int]:
         """What the controller has sent: ``{"blocks": n, "bytes": n}`` (each cast once)."""

@@ -57,11 +57,25 @@ def _stacks_of(rt: Any, addr: str) -> str:
 
 def start_proc(rt: Any, spec: dict[str, Any]) -> None:
     """Record this proc and send what it records to the controller (loop thread)."""
+    from ._messages import ObserveFlush
     from ._observer import Observer, rows_sink_for_proc
 
     observer = Observer(rt, rows_sink_for_proc(rt))
     rt.observer = observer
+    rt.handle(ObserveFlush, lambda msg: _flush_on_request(rt, msg.token))
     observer.start(spec["mesh_uid"], spec.get("mesh_name", ""), int(spec["rank"]))
+
+
+def _flush_on_request(rt: Any, token: str) -> None:
+    """Send everything recorded so far, then the marker saying so (loop thread)."""
+    from ._recorder import now_us
+
+    observer = getattr(rt, "observer", None)
+    if observer is None:
+        return
+    observer.flush()
+    rows_sink = observer.rec.sink
+    rows_sink([("job", (f"flushed:{token}:{rt.address}", str(now_us())))])
 
 
 def stop(rt: Any) -> None:

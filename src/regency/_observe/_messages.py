@@ -1,4 +1,4 @@
-"""The one system message of the observation service: a batch of rows for the store."""
+"""The system messages of the observation service: rows for the store, and a flush request."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from .._wire._messages import SystemMessage, system_message
 
-__all__ = ["ObserveBatch"]
+__all__ = ["ObserveBatch", "ObserveFlush"]
 
 
 @system_message("observe_batch")
@@ -16,3 +16,13 @@ class ObserveBatch(SystemMessage):
     """From a proc to the controller: rows it recorded, ``(table, values)`` each."""
 
     rows: list[tuple[str, tuple[Any, ...]]]
+
+
+@system_message("observe_flush")
+@dataclass(slots=True)
+class ObserveFlush(SystemMessage):
+    """From the controller to a proc: send what you recorded now, then the marker row
+    ``("job", ("flushed:<token>:<proc address>", ts))``; when the marker is in the store,
+    so is everything the proc recorded before it (one ordered connection)."""
+
+    token: str

@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .. import config
+
 if TYPE_CHECKING:
     from ._store import Row
 
@@ -66,6 +68,7 @@ class Recorder:
         self._metrics_lock = threading.Lock()
         self._sample = sample
         self._last_sample = time.monotonic()
+        self.sample_s = float(config.get("observe_sample_interval"))
         self.closed = False
 
     # -- recording (any thread) ----------------------------------------------------------------
@@ -103,14 +106,14 @@ class Recorder:
 
     # -- flushing (the loop thread) ------------------------------------------------------------
     def flush(self, sample: bool = False) -> None:
-        """Hand everything recorded so far to the sink (with samples every second, or now
-        if ``sample``)."""
+        """Hand everything recorded so far to the sink (with samples every
+        ``observe_sample_interval``, or now if ``sample``)."""
         rows = self._take()
         ts = now_us()
         self._counts(rows, ts)
         self._metric_rows(rows, ts)
         now = time.monotonic()
-        if sample or now - self._last_sample >= SAMPLE_S:
+        if sample or (self.sample_s > 0 and now - self._last_sample >= self.sample_s):
             self._samples(rows, ts, now - self._last_sample)
             self._last_sample = now
         self.budget = int(self.call_rate * FLUSH_S)

@@ -56,6 +56,7 @@ _UPDATES: dict[str, str] = {
                  "failure=coalesce(excluded.failure, failure)",
     "actor_sample": "UPDATE actors SET sampled_us=?, queue=?, handled=?, rate=? WHERE actor=?",
     "job": "INSERT OR REPLACE INTO job (key, value) VALUES (?, ?)",
+    "job_forget": "DELETE FROM job WHERE key LIKE ?",
 }
 _INSERTS = {
     table: f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
