@@ -8,6 +8,7 @@ from typing import Any
 
 from .. import config
 from .._mesh import MeshTrait, Shape
+from .._runtime import _current
 from .._runtime._completion import Completion
 from .._runtime._pickling import dumps
 from .._runtime._relay import Tree
@@ -150,8 +151,6 @@ def _reachable(addrs: tuple[str, ...]) -> tuple[str, ...]:
     actor spawned on ``this_proc()``, say) becomes its tcp address once it has one (the
     local one may be an abstract unix socket, which exists in this network namespace only).
     This process still delivers to that tcp address locally."""
-    from .._runtime import _current
-
     rt = _current.get()
     tcp = rt.router.tcp_identity if rt is not None else None
     if not tcp or rt is None or rt.address not in addrs:
