@@ -119,8 +119,7 @@ def describe_status(status: int) -> str:
         return f"killed by signal {name}"
     code = os.WEXITSTATUS(status)
     if code == AGENT_LOST_EXIT:
-        return (f"exited with code {code} (regency's code for a proc that lost its "
-                f"connection to its host agent; its last lines say why)")
+        return f"exited with code {code} (it lost its connection to its host agent)"
     return f"exited with code {code}"
 
 
