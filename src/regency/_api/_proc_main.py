@@ -82,7 +82,8 @@ def run_proc(spec: dict[str, Any]) -> int:
         if addr == host_agent:
             _host_agent_lost(rt, exc)
 
-    rt.router.patient.add(host_agent)  # load slows its handshake; only a hang-up is loss
+    rt.router.patient.add(host_agent)  # load slows its handshake; only a connection's end
+    # (or the parent-death signal) says it is gone
     rt.peer_lost_hooks.append(lost)
     asyncio.set_event_loop(rt.loop)
     return rt.loop.run_until_complete(_serve(rt, spec, stop))

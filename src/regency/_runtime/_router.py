@@ -84,8 +84,9 @@ class Router:
         self.resolver: Callable[[str], Awaitable[str]] | None = None  # for via: addresses
         self.tls: tuple[ssl.SSLContext, ssl.SSLContext] | None = None  # (server, client)
         self.close_hooks: list[Callable[[str], None]] = []  # any connection closed: its peer
-        # Peers reached with no connect deadline: only a connection that ends (or a death
-        # signal) says they are gone; a slow handshake is load (a proc's host agent).
+        # Peers whose handshake has no deadline, and whose hang-ups during a handshake are
+        # retried however long it takes (a proc's host agent): a slow handshake is load;
+        # only an established connection that ends (or a death signal) says they are gone.
         self.patient: set[str] = set()
         # Whether a peer is a proc still starting (its host agent, in this process, says
         # so): its connect deadline runs from when it is up (it may be slow to listen, or
