@@ -115,3 +115,44 @@ def test_a_supervise_decision_respawns_the_rank() -> None:
     after = owner.pids.call_one().get(timeout=T)
     assert after[0] == before[0] and after[1] != before[1]
     procs.stop().get(timeout=T)
+
+
+def test_a_call_that_races_a_rank_death_names_the_rank_when_undeliverable(
+        failures: list[Any]) -> None:
+    """A call whose check passed just before its rank died finds the connection gone when
+    it is written: the refusal ("message undeliverable") names the rank, the mesh and the
+    endpoint, like every other supervision error. The race is made certain by writing the
+    call past the check once the connection is known to be lost."""
+    from regency._api._endpoint import _One, post_call
+    from regency._api._process import runtime
+    from regency._runtime._pickling import dumps_call
+
+    procs = this_host().spawn_procs(per_host={"gpus": 2}, name="racing")
+    trainers = procs.spawn("trainers", Trainer, 7)
+    victim = trainers.slice(gpus=1)
+    pid = victim.pid.call_one().get(timeout=T)
+    rt = runtime()
+    addr = victim._route.addrs[0]
+    os.kill(pid, signal.SIGKILL)
+    ready = threading.Event()
+
+    def until_lost() -> None:  # the connection's end is an event of the loop
+        if rt.router.is_dead(addr):
+            ready.set()
+        else:
+            rt.loop.call_later(0.01, until_lost)
+
+    rt.loop.call_soon_threadsafe(until_lost)
+    assert ready.wait(T), "the connection to the killed rank was never seen lost"
+    route = victim._route
+    collector = _One(rt, route, "trainers.step", victim._uid, "step")
+    data, buffers = dumps_call((1,), {}, 1)
+    post_call(rt, route, victim._uid, "step", (rt.contact, collector.port_id), [data, *buffers])
+    assert collector.completion.wait(T)
+    with pytest.raises(SupervisionError) as info:
+        collector.completion.outcome()
+    text = str(info.value)
+    assert "message undeliverable" in text, text
+    assert "rank 1 of mesh" in text and victim._uid in text, text
+    assert "trainers.step()" in text and addr in text, text
+    procs.stop().get(timeout=T)

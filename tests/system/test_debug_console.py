@@ -88,7 +88,8 @@ FOUR_RANKS = """
 
 def test_a_person_debugs_two_of_four_ranks(terms: Terminals) -> None:
     ctl = terms.controller(FOUR_RANKS)
-    ctl.expect("attach with `regency debug` in another terminal")
+    ctl.expect(r"is paused in pdb \(__main__\.Worker\.work\); attach with `regency debug` in "
+               "another terminal")  # the endpoint in flight is named
     con = terms.console()
     con.expect(DBG)
     _wait_paused(con, 2)

@@ -39,10 +39,12 @@ tensor_call_hooks: Any = None
 class MessageContext(Context):
     """A context whose message rank is computed only when asked for."""
 
-    def __init__(self, instance: Instance, cast: m.Cast, global_rank: int) -> None:
+    def __init__(self, instance: Instance, cast: m.Cast, global_rank: int,
+                 endpoint: str = "") -> None:
         self.actor_instance = instance
         self._cast = cast
         self.global_rank = global_rank
+        self.endpoint = endpoint  # the endpoint this message runs (a breakpoint names it)
         self.concurrent = False  # a @concurrent_endpoint body: the mailbox keeps moving
 
     @cached_property
@@ -114,33 +116,30 @@ class ActorBehavior:
         if self._refuse(port):
             return None
         name = call.endpoint
-        set_context(MessageContext(self.instance, call.cast, self.g))
+        set_context(MessageContext(self.instance, call.cast, self.g, name))
         if self._status is not None:
             self._say_running(name)
         explicit = False
-        debug = _debug.installed
-        if debug:
-            _debug.call_started(self.class_name, name)
         try:
             fn, explicit, args, kwargs = self._prepare(name, port, frame)
             if kwargs and TENSOR_CALL in kwargs:
                 fn, args, kwargs = tensor_call_hooks[0](fn, args, kwargs, port)
             result = fn(*args, **kwargs)
         except Exception as exc:
-            if debug:
+            if _debug.armed:  # only from a breakpoint to the end of its call (or post-mortem)
                 _debug.call_raised(exc)
             self._on_exception(exc, name, port, explicit)
         except BaseException as exc:
             self._on_fatal(exc, name, port)
         else:
-            if debug:
+            if _debug.armed:  # the session ends before the caller gets the result
                 _debug.call_ended()
             if port is not None and not explicit:
                 if self.before_reply is not None:
                     self.before_reply()
                 self._reply(port, result, name)
         finally:
-            if debug:
+            if _debug.armed:
                 _debug.call_ended()
             if self._status is not None:
                 self._status[:1] = b"\0"  # nothing in flight
@@ -169,13 +168,10 @@ class ActorBehavior:
         port, name = call.port, call.endpoint
         if self._status is not None:
             self._say_running(name)
-        ctx = MessageContext(self.instance, call.cast, self.g)
+        ctx = MessageContext(self.instance, call.cast, self.g, name)
         ctx.concurrent = concurrent
         set_context(ctx)
         explicit = False
-        debug = _debug.installed
-        if debug:
-            _debug.call_started(self.class_name, name)
         try:
             fn, explicit, args, kwargs = self._prepare(name, port, frame)
             if kwargs and TENSOR_CALL in kwargs:
@@ -184,18 +180,18 @@ class ActorBehavior:
             if inspect.isawaitable(result):
                 result = await result
         except Exception as exc:
-            if debug:
+            if _debug.armed:  # only from a breakpoint to the end of its call (or post-mortem)
                 _debug.call_raised(exc)
             self._on_exception(exc, name, port, explicit)
         except BaseException as exc:
             self._on_fatal(exc, name, port)
         else:
-            if debug:
+            if _debug.armed:  # the session ends before the caller gets the result
                 _debug.call_ended()
             if port is not None and not explicit:
                 self._reply(port, result, name)
         finally:
-            if debug:
+            if _debug.armed:
                 _debug.call_ended()
             if self._status is not None:
                 self._status[:1] = b"\0"  # nothing in flight

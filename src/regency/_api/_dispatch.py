@@ -35,7 +35,8 @@ def install(rt: Runtime) -> None:
     rt.handle(m.Fault, lambda msg: _inject_fault(rt, msg))
     rt.handle(m.ProcOutput, lambda msg: write_lines(msg.label, msg.stream, msg.lines))
     rt.peer_lost_hooks.append(lambda addr, exc: on_peer_lost(rt, addr, exc))
-    api_state(rt).supervisor = Supervisor(rt)
+    sup = api_state(rt).supervisor = Supervisor(rt)
+    rt.undeliverable_text = sup.undeliverable
 
 
 def _inject_fault(rt: Runtime, msg: m.Fault) -> None:

@@ -25,6 +25,7 @@ from .._debug import _rank as _debug_rank
 from .._debug._dumps import arm as arm_stack_dumps
 from .._mesh import Point, Shape
 from .._runtime import _current
+from .._runtime._host_agent import AGENT_LOST_EXIT
 from .._runtime._runtime import Runtime
 from .._wire._messages import ProcReady, StopProc
 from . import _dispatch, _terminate
@@ -79,11 +80,27 @@ def run_proc(spec: dict[str, Any]) -> int:
 
     def lost(addr: str, exc: BaseException | None) -> None:
         if addr == host_agent:
-            os._exit(0)  # the host agent (and with it the controller) is gone
+            _host_agent_lost(rt, exc)
 
+    rt.router.patient.add(host_agent)  # load slows its handshake; only a connection's end
+    # (or the parent-death signal) says it is gone
     rt.peer_lost_hooks.append(lost)
     asyncio.set_event_loop(rt.loop)
     return rt.loop.run_until_complete(_serve(rt, spec, stop))
+
+
+def _host_agent_lost(rt: Runtime, exc: BaseException | None) -> None:
+    """The connection to our host agent ended: it (and with it the controller) is most
+    likely gone, so this proc ends at once (no orphans). It says why first, in a line its
+    failure report quotes if anyone still reads it, and exits with ``AGENT_LOST_EXIT``,
+    never 0, so that a host agent that does live reports a failure, not a clean exit."""
+    why = f"{type(exc).__name__}: {exc}" if exc is not None else "it closed the connection"
+    try:
+        sys.stderr.write(f"regency: proc {rt.address} lost its connection to its host agent "
+                         f"{rt.host_agent} ({why}); exiting with code {AGENT_LOST_EXIT}\n")
+        sys.stderr.flush()
+    finally:
+        os._exit(AGENT_LOST_EXIT)
 
 
 async def _serve(rt: Runtime, spec: dict[str, Any], stop: asyncio.Event) -> int:

@@ -30,7 +30,7 @@ from typing import Any
 
 from .._mesh import Shape
 from .._runtime._proclog import log_path as proc_log_path
-from .._runtime._runtime import Runtime
+from .._runtime._runtime import Runtime, default_undeliverable_text
 from .._supervision import (
     Action,
     ActorFailed,
@@ -130,6 +130,13 @@ class Supervisor:
             if old in addrs:
                 self._addrs[uid] = tuple(new if a == old else a for a in addrs)
         self._apply_now(RankRespawned(old, new, cause_id=self._cause("respawn")))
+
+    def undeliverable(self, addr: str, call: wire.Call, why: str) -> str:
+        """The refusal of a call whose frame for ``addr`` could not be written (any thread):
+        the ranks there and the mesh when this runtime owns it, as the machine words it."""
+        with self._lock:
+            text = self.state.undeliverable(call.mesh_uid, call.endpoint, addr, why)
+        return text if text is not None else default_undeliverable_text(addr, call, why)
 
     def spawn_refusal(self, uid: str, name: str,
                       members: list[tuple[int, str]]) -> tuple[str, bool] | None:

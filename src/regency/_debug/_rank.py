@@ -12,10 +12,13 @@ Source files the proc cannot read (code defined in the controller's ``__main__``
 notebook cell, ``exec``'d text) are asked of the controller once per session and put in
 ``linecache``, where pdb looks.
 
-The behavior tells this module when a call starts, raises, and ends (:func:`call_started`,
-:func:`call_raised`, :func:`call_ended`): a session ends with its endpoint, and an exception
-raised after a breakpoint in the same call (or any exception, with the ``debug_post_mortem``
-configuration key) pauses the rank post-mortem before the error goes to the caller.
+The behavior tells this module when a call raises and ends (:func:`call_raised`,
+:func:`call_ended`), but only while :data:`armed`: from a breakpoint until the end of the
+call it paused (or for good in a proc started with the ``debug_post_mortem`` configuration
+key), so that nobody pays for the debugger while nobody debugs. A session ends with its
+endpoint, and an exception raised after a breakpoint in the same call (or any exception, with
+``debug_post_mortem``) pauses the rank post-mortem before the error goes to the caller. The
+endpoint a session names is read from the call's context when the breakpoint is hit.
 """
 
 from __future__ import annotations
@@ -41,13 +44,20 @@ from ._messages import (
     DebugStart,
 )
 
-__all__ = ["RankPdb", "Session", "breakpoint_hook", "call_ended", "call_raised",
-           "call_started", "install"]
+__all__ = ["RankPdb", "Session", "armed", "breakpoint_hook", "call_ended", "call_raised",
+           "install"]
 
 PROMPT = "(Pdb) "
 DYNAMIC = "<dynamic-code>"  # how cloudpickle names code carried by value from __main__
-installed = False  # set in procs by :func:`install`: the behavior then tells us of calls
-_local = threading.local()  # per thread: the open session, and whether this call paused
+installed = False  # set in procs by :func:`install`
+#: Whether the behavior must tell us of calls raising and ending: while some call paused at
+#: a breakpoint has not ended yet, or always with ``debug_post_mortem`` (read at install).
+armed = False
+_post_mortem = False
+_holders = 0  # calls (one per thread at most) that hold the hooks armed
+_arming = threading.Lock()
+_local = threading.local()  # per thread: the open session, whether this call paused and
+                            # whether it holds the hooks armed
 
 
 class _Out:
@@ -204,10 +214,42 @@ def _stack(frame: FrameType | None) -> list[FrameType]:
 def _open(post_mortem: bool = False) -> Session:
     session: Session | None = getattr(_local, "session", None)
     if session is None or session.ended:
-        where = getattr(_local, "endpoint", None)
-        session = Session(f"{where[0]}.{where[1]}" if where else "", post_mortem)
+        _hold()  # from here to the end of this call, the behavior reports to us
+        session = Session(_endpoint_in_flight(), post_mortem)
         _local.session = session
     return session
+
+
+def _endpoint_in_flight() -> str:
+    """``"<Class>.<endpoint>"`` of the call this thread runs, from its context, or ""."""
+    from .._api._context import _current as current_context
+
+    ctx = current_context.get(None)
+    name = getattr(ctx, "endpoint", "")
+    if not name or ctx is None:
+        return ""
+    return f"{ctx.actor_instance.class_name}.{name}"
+
+
+def _hold() -> None:
+    """Arm the hooks until this thread's call ends (:func:`call_ended`)."""
+    global armed, _holders
+    if getattr(_local, "holding", False):
+        return
+    _local.holding = True
+    with _arming:
+        _holders += 1
+        armed = True
+
+
+def _release() -> None:
+    global armed, _holders
+    if not getattr(_local, "holding", False):
+        return
+    _local.holding = False
+    with _arming:
+        _holders -= 1
+        armed = _holders > 0 or _post_mortem
 
 
 def set_trace(frame: FrameType | None = None) -> None:
@@ -238,23 +280,19 @@ def _pdb_set_trace(*, header: str | None = None) -> None:
 
 def install() -> None:
     """Make ``breakpoint()`` and ``pdb.set_trace()`` in this proc talk to the controller."""
-    global installed
+    global installed, armed, _post_mortem
     sys.breakpointhook = breakpoint_hook
     pdb.set_trace = _pdb_set_trace
     installed = True
+    _post_mortem = bool(config.get("debug_post_mortem"))
+    armed = armed or _post_mortem
 
 
-# -- what the behavior tells us ------------------------------------------------------------------
-def call_started(class_name: str, endpoint: str) -> None:
-    """An endpoint starts on this thread."""
-    _local.endpoint = (class_name, endpoint)
-    _local.paused = False
-
-
+# -- what the behavior tells us (only while ``armed``) ----------------------------------------
 def call_raised(exc: BaseException) -> None:
     """The endpoint raised ``exc``: pause post-mortem when this call paused before, or when
     ``debug_post_mortem`` is on."""
-    if not (getattr(_local, "paused", False) or config.get("debug_post_mortem")):
+    if not (getattr(_local, "paused", False) or _post_mortem):
         return
     tb: TracebackType | None = exc.__traceback__
     if tb is None:
@@ -275,13 +313,15 @@ def call_raised(exc: BaseException) -> None:
 
 
 def call_ended() -> None:
-    """The endpoint finished: the session (if any) ends, and tracing with it."""
+    """The endpoint finished: the session (if any) ends, and tracing with it; this call no
+    longer holds the hooks armed."""
     session: Session | None = getattr(_local, "session", None)
     _local.paused = False
     if session is not None and not session.ended:
         session.pdb.clear_all_breaks()
         sys.settrace(None)
         session.end("the endpoint finished")
+    _release()
 
 
 def _qualname(frame: FrameType) -> str:

@@ -104,6 +104,10 @@ def _write_lines(label: str, kind: str, lines: list[str]) -> None:
             pass  # no loop here: it goes out with the end of the line, or at exit
 
 
+#: The exit code of a proc that lost its connection to its host agent (``_proc_main``).
+AGENT_LOST_EXIT = 75
+
+
 def describe_status(status: int) -> str:
     """'exited with code 3' / 'killed by signal SIGKILL' from a wait status."""
     if os.WIFSIGNALED(status):
@@ -113,7 +117,10 @@ def describe_status(status: int) -> str:
         except ValueError:
             name = str(sig)
         return f"killed by signal {name}"
-    return f"exited with code {os.WEXITSTATUS(status)}"
+    code = os.WEXITSTATUS(status)
+    if code == AGENT_LOST_EXIT:
+        return f"exited with code {code} (it lost its connection to its host agent)"
+    return f"exited with code {code}"
 
 
 def describe_os_error(exc: OSError) -> str:
@@ -194,6 +201,7 @@ class HostAgent:
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
         self.procs: dict[str, ProcRecord] = {}
+        runtime.router.starting = self.starting  # a proc slow to start is not a lost one
         self.by_pid: dict[int, ProcRecord] = {}
         self.by_token: dict[int, ProcRecord] = {}
         self._tokens = 0
@@ -422,6 +430,12 @@ class HostAgent:
         os.close(fd)
         if fd in rec.pipes:
             rec.pipes.remove(fd)
+
+    def starting(self, addr: str) -> bool:
+        """Whether the proc at ``addr`` was spawned here and has not yet said it is ready
+        (nor exited): connecting to it may take as long as its start does."""
+        rec = self.procs.get(addr)
+        return rec is not None and not rec.ready
 
     # -- endings ---------------------------------------------------------------------------
     def _on_exit(self, pid: int, status: int) -> None:

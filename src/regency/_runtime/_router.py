@@ -27,6 +27,7 @@ from typing import Any
 
 from .. import config
 from .._transport import Address, Connection, Listener, connect
+from .._transport._endpoints import TlsRefused
 from .._transport._poller import Poller
 from .._transport._shm import SegmentPool
 from .._transport._tls import TlsSession, tls_contexts
@@ -83,6 +84,14 @@ class Router:
         self.resolver: Callable[[str], Awaitable[str]] | None = None  # for via: addresses
         self.tls: tuple[ssl.SSLContext, ssl.SSLContext] | None = None  # (server, client)
         self.close_hooks: list[Callable[[str], None]] = []  # any connection closed: its peer
+        # Peers whose handshake has no deadline, and whose hang-ups during a handshake are
+        # retried however long it takes (a proc's host agent): a slow handshake is load;
+        # only an established connection that ends (or a death signal) says they are gone.
+        self.patient: set[str] = set()
+        # Whether a peer is a proc still starting (its host agent, in this process, says
+        # so): its connect deadline runs from when it is up (it may be slow to listen, or
+        # busy in its bootstrap), since its exit is reported anyway.
+        self.starting: Callable[[str], bool] = lambda addr: False
         self.closing = False
         self.poller: Poller | None = None  # plain connections are read through it
         self.read_here = ReadHere()  # the seam to borrowed reads (ADR 0010): kept current here
@@ -177,7 +186,8 @@ class Router:
 
     async def _connect(self, peer: Peer) -> None:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + float(config.get("connect_timeout"))
+        limit = float(config.get("connect_timeout"))
+        deadline = loop.time() + limit
         delay = 0.0005
         target = peer.addr
         if target.startswith("via:"):
@@ -190,12 +200,19 @@ class Router:
                 self._mark_dead(peer, lost)
                 return
         while True:
+            starting = self.starting(peer.addr)  # it lives, however slow to listen
+            patient = starting or peer.addr in self.patient
+            if starting:
+                deadline = max(deadline, loop.time() + limit)
             try:
+                left = None if patient else max(deadline - loop.time(), _MIN_HANDSHAKE_S)
                 sock, rest, tls = await connect(target, self.secret, VERSION,
                                                 self.identity_for(peer.addr),
-                                                self.tls[1] if self.tls else None)
+                                                self.tls[1] if self.tls else None, left)
                 break
             except OSError as exc:
+                if patient and (starting or _hung_up(exc)):
+                    deadline = max(deadline, loop.time() + limit)  # it answered, slowly
                 if not _retryable(exc) or loop.time() > deadline or self.closing:
                     log.warning("regency: cannot connect to %s: %s", peer.addr, exc)
                     self._mark_dead(peer, exc)
@@ -350,12 +367,24 @@ def _starting(exc: OSError) -> bool:
     return isinstance(exc, (ConnectionRefusedError, FileNotFoundError))
 
 
+def _hung_up(exc: OSError) -> bool:
+    """The peer accepted, then closed the connection before the handshake ended."""
+    if isinstance(exc, TlsRefused):
+        return False  # our certificate was refused: trying again changes nothing
+    return isinstance(exc, (ConnectionResetError, BrokenPipeError, ConnectionAbortedError))
+
+
 def _retryable(exc: OSError) -> bool:
-    """Worth trying again until the connect deadline: not listening yet, or no route yet
-    (a host still booting, a link coming back)."""
+    """Worth trying again until the connect deadline: not listening yet, no route yet (a
+    host still booting, a link coming back), or the peer closed the connection during the
+    handshake (a starved peer's own handshake deadline, or its listener making room, ended
+    it: the peer lives, and load must only slow things down)."""
     if isinstance(exc, TimeoutError):
-        return False  # the handshake itself took too long
-    return _starting(exc) or exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH)
+        return False  # the handshake took the whole connect deadline
+    return _hung_up(exc) or _starting(exc) or exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH)
+
+
+_MIN_HANDSHAKE_S = 1.0  # the last attempt before the connect deadline still gets this long
 
 
 def canonical(address: str) -> str:

@@ -112,6 +112,9 @@ class Runtime:
         # called on the loop with the address of each runtime found gone (mark_dead)
         self.death_listeners: list[Callable[[str], None]] = []
         self.peer_lost_hooks: list[Callable[[str, BaseException | None], None]] = []
+        # The refusal of a call whose frame for a proc could not be written; the API layer
+        # names the ranks and the mesh (supervision's words) where it owns the mesh.
+        self.undeliverable_text: Callable[[str, Call, str], str] = default_undeliverable_text
         self.dead_addrs: dict[str, str] = {}  # addr -> why it is dead
         self.troubles = 0  # bumped on any death: routes then avoid dead procs
         self.collectors: dict[int, Any] = {}  # port -> pending call collector
@@ -366,8 +369,8 @@ class Runtime:
             port = header.port
 
             def answer() -> None:
-                self.send_reply(port, None, SUPERVISION,
-                                (f"message undeliverable: {why()}", None))
+                text = self.undeliverable_text(addr, header, why())
+                self.send_reply(port, None, SUPERVISION, (text, None))
 
             try:
                 if addr in self.dead_addrs:
@@ -460,6 +463,12 @@ def _local_copy(frame: Frame) -> list[memoryview]:
     the receiver must not share (and mutate) the sender's memory."""
     flat = _flat(frame)
     return [memoryview(b) for b in flat[:2]] + [memoryview(bytearray(b)) for b in flat[2:]]
+
+
+def default_undeliverable_text(addr: str, call: Call, why: str) -> str:
+    """``message undeliverable``, naming the mesh, the endpoint and the proc."""
+    return (f"Endpoint call {call.endpoint}() to mesh {call.mesh_uid!r} failed: message "
+            f"undeliverable to its proc {addr}: {why}")
 
 
 def _flat(frame: Frame) -> list[Any]:

@@ -22,6 +22,7 @@ __all__ = [
     "why_proc_mesh_stopped",
     "why_ranks_stopped",
     "why_stopped",
+    "why_undeliverable",
     "why_unreachable",
 ]
 
@@ -101,6 +102,11 @@ def why_connection_lost(addr: str, reason: str) -> str:
 def why_proc_mesh_stopped(addr: str, reason: str) -> str:
     """The proc mesh under the ranks was stopped on purpose."""
     return f"cannot answer: the proc mesh of its proc {addr} was stopped ({reason})"
+
+
+def why_undeliverable(addr: str, reason: str) -> str:
+    """A call's frame could not be written: the connection to the proc is gone."""
+    return f"cannot answer: message undeliverable to its proc {addr}: {reason}"
 
 
 def why_unreachable(addr: str, reason: str, grace: float) -> str:

@@ -321,6 +321,20 @@ class SupervisionState:
             return reason
         return say.call_failed(mesh.name, endpoint, reason)
 
+    def undeliverable(self, uid: str, endpoint: str, addr: str, why: str) -> str | None:
+        """The refusal of a call to mesh ``uid`` whose frame for proc ``addr`` could not be
+        written (its connection is lost): which ranks, of which mesh, and why, like every
+        other refusal. ``None`` when this runtime does not own the mesh or no rank of it
+        lives at ``addr``."""
+        mesh = self._meshes.get(uid)
+        if mesh is None:
+            return None
+        ranks = [rank for rank, at in mesh.members.items() if at == addr]
+        if not ranks:
+            return None
+        return say.call_failed(mesh.name, endpoint,
+                               f"{say.subject(uid, ranks)} {say.why_undeliverable(addr, why)}")
+
     def check_spawn(self, proc_mesh_uid: str, ranks: Iterable[int] | None = None) -> str | None:
         """Why actors cannot be spawned on (the ``ranks`` of) a proc mesh, or ``None``.
 

@@ -30,7 +30,13 @@ log = logging.getLogger("regency.transport")
 refusals = RateLimitedLog(log, burst=10)  # per listener: a flood of refusals logs a few lines
 
 HANDSHAKE_TIMEOUT = 10.0
+_TLS_PATIENCE = 3600.0  # a TLS handshake with no deadline of its own: bounded all the same
 Accepted = Callable[[socket.socket, str, bytes, "TlsSession | None"], None]
+
+
+class TlsRefused(ConnectionResetError):
+    """The peer closed the connection right after TLS: most likely it refused our
+    certificate, which trying again will not change."""
 
 
 def _tune(sock: socket.socket) -> None:
@@ -55,10 +61,11 @@ def _new_socket(addr: Address) -> socket.socket:
 
 
 async def handshake(sock: socket.socket, hs: ClientHandshake | ServerHandshake,
-                    timeout: float = HANDSHAKE_TIMEOUT, tls: TlsSession | None = None,
+                    timeout: float | None = HANDSHAKE_TIMEOUT, tls: TlsSession | None = None,
                     penalty: Callable[[], float] | None = None) -> bytes:
     """Run a handshake over ``sock``; returns bytes that followed it.
 
+    ``timeout`` bounds the whole handshake (``None``: wait as long as the peer lives).
     ``penalty`` (on the accepting side) is asked, when the handshake fails, how long to
     wait before the refusal is sent (within the deadline): it slows down online guessing.
 
@@ -67,10 +74,10 @@ async def handshake(sock: socket.socket, hs: ClientHandshake | ServerHandshake,
         ConnectionError / TimeoutError: the peer went away or took too long.
     """
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
+    deadline = None if timeout is None else loop.time() + timeout
     if tls is not None:
         try:
-            await tls.handshake(sock, timeout)
+            await tls.handshake(sock, _TLS_PATIENCE if timeout is None else timeout)
         except PlainPeer as exc:  # tell it, in the clear, why it is refused
             hs.refuse(f"it requires TLS and this connection has none: {ADVICE}")
             await loop.sock_sendall(sock, hs.data_to_send())
@@ -82,24 +89,27 @@ async def handshake(sock: socket.socket, hs: ClientHandshake | ServerHandshake,
     if out:
         await loop.sock_sendall(sock, tls.encrypt(out) if tls else out)
     while not hs.done and not hs.failed:
-        remaining = deadline - loop.time()
-        if remaining <= 0:
-            raise TimeoutError("handshake took too long")
+        remaining = None if deadline is None else deadline - loop.time()
+        if remaining is not None and remaining <= 0:
+            raise TimeoutError(f"handshake took too long (more than {timeout:.1f}s)")
         # Exactly what completes the message (TLS reads whole records): bytes after the
         # handshake, and file descriptors sent with them, stay in the socket for the
         # connection.
         size = 4096 if tls is not None else min(hs.bytes_needed(), 4096)
-        data = await asyncio.wait_for(loop.sock_recv(sock, size), remaining)
+        try:
+            data = await asyncio.wait_for(loop.sock_recv(sock, size), remaining)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"handshake took too long (more than {timeout:.1f}s)") from None
         if not data:
             if tls is not None:
-                raise ConnectionResetError(
+                raise TlsRefused(
                     "peer closed the connection during the handshake, after TLS (did it "
                     "refuse this side's certificate? give both sides certificates of one CA)")
             raise ConnectionResetError("peer closed the connection during the handshake")
         hs.receive_data(tls.decrypt(data) if tls else data)
         out = hs.data_to_send()
         if hs.failed and penalty is not None:
-            wait = min(penalty(), deadline - loop.time())
+            wait = penalty() if deadline is None else min(penalty(), deadline - loop.time())
             if wait > 0:
                 await asyncio.sleep(wait)
         if out:
@@ -234,10 +244,15 @@ class Listener:
 
 async def connect(
     address: str, secret: bytes, version: str, identity: str,
-    tls_context: ssl.SSLContext | None = None,
+    tls_context: ssl.SSLContext | None = None, timeout: float | None = HANDSHAKE_TIMEOUT,
 ) -> tuple[socket.socket, bytes, TlsSession | None]:
     """Connect and authenticate; returns the socket, any bytes that followed the handshake
-    and the TLS session (when TLS is configured and the address is tcp)."""
+    and the TLS session (when TLS is configured and the address is tcp).
+
+    ``timeout`` bounds the handshake (``None``: as long as the peer keeps the connection
+    open). A peer that accepted is alive: on a starved machine its answer may take long,
+    and giving up would turn load into a failure (the router passes what is left of its
+    ``connect_timeout``)."""
     loop = asyncio.get_running_loop()
     addr = Address.parse(address)
     sock = _new_socket(addr)
@@ -246,7 +261,8 @@ async def connect(
     tls = TlsSession(tls_context, server_side=False) if use_tls and tls_context else None
     try:
         await loop.sock_connect(sock, target)  # type: ignore[arg-type]
-        rest = await handshake(sock, ClientHandshake(secret, version, identity), tls=tls)
+        rest = await handshake(sock, ClientHandshake(secret, version, identity), timeout,
+                               tls=tls)
     except ssl.SSLError as exc:
         sock.close()
         raise AuthenticationError(explain(exc, address)) from exc
