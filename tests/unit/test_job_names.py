@@ -150,7 +150,7 @@ def test_telemetry_retention_is_the_store_retention_policy() -> None:
     from regency._job import _telemetry
     from regency._observe._retention import Retention
 
-    with config.configured():
-        _telemetry.configure_for(TelemetryConfig(retention_secs=5), None)
-        assert config.get("observe_retention_secs") == 5.0
+    values = _telemetry.component_config(TelemetryConfig(retention_secs=5), None)
+    assert values["observe_retention_secs"] == 5.0
+    with config.configured(**values):
         assert Retention.from_config().max_age_s == 5.0

@@ -81,15 +81,9 @@ def _free_or_zero(port: int) -> int:
     return port
 
 
-def configure_for(telemetry: TelemetryConfig | None, admin: MeshAdminConfig | None) -> None:
-    """Set the configuration the components need, before the runtime starts.
-
-    Raises:
-        RuntimeError: regency already runs in this process without recording.
-    """
-    from .. import config
-    from .._runtime import _current
-
+def component_config(telemetry: TelemetryConfig | None,
+                     admin: MeshAdminConfig | None) -> dict[str, Any]:
+    """The configuration values the declared components need."""
     values: dict[str, Any] = {"observe": True}
     if telemetry is not None:
         values["observe_sample_interval"] = float(telemetry.snapshot_interval_secs)
@@ -101,6 +95,19 @@ def configure_for(telemetry: TelemetryConfig | None, admin: MeshAdminConfig | No
         values["dashboard"] = True
         if admin.admin_addr:
             values["dashboard_addr"] = admin.admin_addr
+    return values
+
+
+def configure_for(telemetry: TelemetryConfig | None, admin: MeshAdminConfig | None) -> None:
+    """Set the configuration the components need, before the runtime starts.
+
+    Raises:
+        RuntimeError: regency already runs in this process without recording.
+    """
+    from .. import config
+    from .._runtime import _current
+
+    values = component_config(telemetry, admin)
     rt = _current.get()
     if rt is not None:
         if getattr(rt, "observer", None) is None or (
