@@ -13,7 +13,7 @@ import io
 import pickle
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -35,6 +35,7 @@ KEEP_FRAMES = 65536
 _SKIP = ("/torch/", "/regency/_")
 _coalescing = [0]
 _meshes: dict[tuple[str, tuple[int, ...]], DeviceMesh] = {}
+_by_id: dict[int, DeviceMesh] = {}
 
 
 def device_mesh_of(procs: Any) -> DeviceMesh:
@@ -73,6 +74,11 @@ class DeviceMesh:
         self._next_ref = 0
         self._seq = 0
         self._comms = False
+        self.id = len(_by_id) + 1
+        _by_id[self.id] = self
+        self.seen: set[int] = set()  # seqs of failed ops whose error a fetch raised
+        self.values_received = 0  # replies that carried values to the controller (tests)
+        self._inboxes: list[Any] | None = None
 
     # -- activation ------------------------------------------------------------------------
     def activate(self) -> contextlib.AbstractContextManager[None]:
@@ -107,12 +113,22 @@ class DeviceMesh:
             self.flush()
         return seq
 
-    def issue_unbuffered(self) -> int:
-        """A seq (with the caller's frames) for an op the caller sends itself, rank by rank
-        (``to_mesh``); the buffer must have been flushed."""
+    def issue_message(self, make: Callable[[int], tuple[Any, ...]]) -> int:
+        """Append the message ``make(seq)`` to the stream (``SEND``/``RECV``); its seq."""
         seq = self._seq = self._seq + 1
         self._frames[seq] = _frames()
+        buf = self._buffer
+        buf.append(make(seq))
+        if len(buf) >= BATCH and not _coalescing[0]:
+            self.flush()
         return seq
+
+    def inbox_ports(self) -> list[Any]:
+        """The inbox port of each worker, by rank (asked once: ``to_mesh`` sends there)."""
+        if self._inboxes is None:
+            self.flush()
+            self._inboxes = list(self.workers.inbox_port.call().get().values())
+        return self._inboxes
 
     def delete(self, ref: int) -> None:
         """Queue the deletion of ``ref`` (sent with the next batch)."""
@@ -196,6 +212,7 @@ class DeviceMesh:
             dst.set_exception(exc)
             return
         replies = src.outcome()
+        self.values_received += 1
         values = []
         try:
             with _disable_current_modes():
@@ -214,6 +231,7 @@ class DeviceMesh:
             dst.set_exception(exc)
             return
         status, value = src.outcome()
+        self.values_received += 1
         if status == "error":
             dst.set_exception(self.remote_exception(value))
             return
@@ -224,9 +242,11 @@ class DeviceMesh:
             dst.set_exception(e)
 
     def remote_exception(self, err: WorkerError) -> RemoteException:
-        """The controller's view of a worker's error."""
+        """The controller's view of a worker's error (marked as seen: not reported at exit)."""
+        origin = _by_id.get(err.mesh, self) if err.mesh else self
+        origin.seen.add(err.seq)
         return RemoteException(err.seq, err.rank, err.fn, err.message,
-                               format_frames(self._frames.get(err.seq)))
+                               format_frames(origin._frames.get(err.seq)))
 
     def table_sizes(self) -> list[int]:
         """How many values each worker holds (after the ops sent so far)."""

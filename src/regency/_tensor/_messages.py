@@ -8,17 +8,24 @@ A batch is a list of tuples, each starting with its kind:
 * ``(DEFINE, fn_id, name_or_pickle)``: name a function once (``"aten.add.Tensor"``,
   ``"module:qualname"``, or cloudpickled bytes).
 * ``(DELETE, refs)``: forget these refs.
+* ``(SEND, seq, tid, refs, ports, mesh_id)``: send the values of ``refs`` (or the error one
+  of them holds) to the inbox ports of the destination workers ``ports[rank]`` lists for this
+  rank, as transfer ``tid`` (``to_mesh``, worker to worker; see ``_p2p``).
+* ``(RECV, seq, tid, results)``: wait for transfer ``tid`` in this worker's inbox and store its
+  values under ``results``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["DEFINE", "DELETE", "OP", "GroupRef", "RankRef", "Ref", "WorkerError"]
+__all__ = ["DEFINE", "DELETE", "OP", "RECV", "SEND", "GroupRef", "RankRef", "Ref", "WorkerError"]
 
 OP = 0
 DEFINE = 1
 DELETE = 2
+SEND = 3
+RECV = 4
 
 
 class Ref:
@@ -64,15 +71,19 @@ class RankRef:
 
 
 class WorkerError:
-    """Stored under the results of an op that failed (and of every op that used them)."""
+    """Stored under the results of an op that failed (and of every op that used them).
 
-    __slots__ = ("fn", "message", "rank", "seq")
+    ``mesh`` is the id of the device mesh whose stream ``seq`` numbers (0: the mesh the
+    error is read from); an error that came over ``to_mesh`` keeps its source's."""
 
-    def __init__(self, seq: int, rank: int, fn: str, message: str) -> None:
+    __slots__ = ("fn", "mesh", "message", "rank", "seq")
+
+    def __init__(self, seq: int, rank: int, fn: str, message: str, mesh: int = 0) -> None:
         self.seq = seq
         self.rank = rank
         self.fn = fn
         self.message = message
+        self.mesh = mesh
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (WorkerError, (self.seq, self.rank, self.fn, self.message))
+        return (WorkerError, (self.seq, self.rank, self.fn, self.message, self.mesh))

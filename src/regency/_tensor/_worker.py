@@ -22,9 +22,12 @@ from torch.utils._pytree import tree_leaves, tree_map
 
 from .._api._actor import Actor, endpoint
 from .._api._context import current_rank
-from ._messages import DEFINE, DELETE, OP, GroupRef, RankRef, Ref, WorkerError
+from . import _p2p
+from ._messages import DEFINE, DELETE, OP, RECV, SEND, GroupRef, RankRef, Ref, WorkerError
 
 __all__ = ["TensorWorker", "resolve_function"]
+
+MAX_FAILURES = 100  # failed ops a worker remembers for the report at exit
 
 
 class _Poisoned(Exception):
@@ -76,6 +79,8 @@ class TensorWorker(Actor):
         self.groups: dict[tuple[str, ...], Any] = {}
         self.comms_error = "init_comms was never received"
         self.joined = False  # whether this worker started the proc's gloo world
+        self.inbox: _p2p.Inbox | None = None  # where to_mesh values arrive (made on demand)
+        self.failures: list[WorkerError] = []  # ops that raised here (not those poisoned)
 
     def _locate(self) -> None:
         """Where this worker is in its mesh (known in endpoints, not yet in ``__init__``)."""
@@ -103,6 +108,10 @@ class TensorWorker(Actor):
                     pop(r, None)
             elif kind == DEFINE:
                 self._define(msg[1], msg[2])
+            elif kind == SEND:
+                _p2p.send(self, msg)
+            elif kind == RECV:
+                _p2p.recv(self, msg)
 
     @endpoint
     def fetch(self, tree: Any) -> tuple[str, Any]:
@@ -162,11 +171,29 @@ class TensorWorker(Actor):
             self.comms_error = traceback.format_exc()
 
     @endpoint
+    def inbox_port(self) -> Any:
+        """The port ``to_mesh`` sources send this worker's values to."""
+        return self.inbox_of().port
+
+    @endpoint
+    def unreported(self, seen: list[int]) -> list[WorkerError]:
+        """The errors of ops that failed here (after the ops sent so far), but those whose
+        seq is in ``seen`` (errors some fetch already raised)."""
+        skip = set(seen)
+        return [e for e in self.failures if e.seq not in skip]
+
+    @endpoint
     def table_size(self) -> int:
         """How many values this worker holds (tests check that drops free them)."""
         return len(self.table)
 
     # -- internals -------------------------------------------------------------------------
+    def inbox_of(self) -> _p2p.Inbox:
+        """This worker's inbox of transfers (opened the first time)."""
+        if self.inbox is None:
+            self.inbox = _p2p.Inbox()
+        return self.inbox
+
     def _define(self, fid: int, spec: str | bytes) -> None:
         name = spec if isinstance(spec, str) else "<pickled function>"
         try:
@@ -185,6 +212,8 @@ class TensorWorker(Actor):
             err = p.error
         except BaseException:
             err = WorkerError(seq, self.rank, self.names.get(fid, "?"), traceback.format_exc())
+            if len(self.failures) < MAX_FAILURES:
+                self.failures.append(err)
         else:
             table = self.table
             if len(results) == 1 and isinstance(out, torch.Tensor):
