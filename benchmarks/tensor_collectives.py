@@ -152,7 +152,16 @@ def child_mlp(where: str, steps: int) -> None:
     os._exit(0)
 
 
-def _run(args: list[str], timeout: float) -> dict[str, Any] | None:
+def _run(args: list[str], timeout: float, tries: int = 3) -> dict[str, Any] | None:
+    """One child's JSON result; a run that fails is retried (see the note in main)."""
+    for _ in range(tries):
+        got = _run_once(args, timeout)
+        if got is not None:
+            return got
+    return None
+
+
+def _run_once(args: list[str], timeout: float) -> dict[str, Any] | None:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     try:
         out = subprocess.run([sys.executable, "-m", "benchmarks.tensor_collectives", *args],
@@ -260,6 +269,8 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--only", choices=["allreduce", "mlp"])
     args = ap.parse_args()
+    # A regency run that fails (on this loaded 2-core machine a proc was seen vanishing
+    # mid-run now and then; see the report of issue 13) is retried, and said so on stderr.
     if args.child == "regency-allreduce":
         child_regency_allreduce(args.bytes, args.iters)
     elif args.child == "gloo":

@@ -52,6 +52,10 @@ __all__ = ["HostMesh", "ProcMesh", "proc_mesh_of", "this_host", "this_proc"]
 
 T = TypeVar("T", bound=Actor)
 
+#: Called with a proc mesh at the start of its ``stop()``, while its procs still run (the
+#: tensor engine reports there the errors no fetch observed). A hook must not raise.
+before_stop: list[Callable[[Any], None]] = []
+
 
 class ProcMesh(MeshTrait):
     """A mesh of OS processes; ``spawn`` puts one actor of a class in each."""
@@ -197,6 +201,8 @@ class ProcMesh(MeshTrait):
 
     def stop(self, reason: str = "stopped by client") -> Future[None]:
         """Stop every proc of the mesh and its actors (``__cleanup__`` runs)."""
+        for hook in before_stop:
+            hook(self)
         rt = runtime()
         info = api_state(rt).proc_meshes.get(self._uid)
         size = len(info.addr_list) if info is not None else None

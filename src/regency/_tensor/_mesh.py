@@ -23,7 +23,7 @@ from .._api._future import Future
 from .._api._value_mesh import ValueMesh
 from .._runtime._completion import Completion
 from ..errors import SupervisionError
-from . import _active
+from . import _active, _unfetched
 from ._errors import Frames, RemoteException, format_frames
 from ._messages import DEFINE, DELETE, OP, WorkerError
 from ._worker import TensorWorker
@@ -79,6 +79,8 @@ class DeviceMesh:
         self.seen: set[int] = set()  # seqs of failed ops whose error a fetch raised
         self.values_received = 0  # replies that carried values to the controller (tests)
         self._inboxes: list[Any] | None = None
+        self.stopped = False  # its unobserved errors were reported (its procs stop)
+        _unfetched.install()
 
     # -- activation ------------------------------------------------------------------------
     def activate(self) -> contextlib.AbstractContextManager[None]:
