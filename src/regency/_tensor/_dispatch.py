@@ -23,6 +23,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from . import _active
 from ._active import Stream
 from ._errors import bad_arguments
+from ._extras import OpaqueRef
 from ._messages import Ref
 from ._tensor import Meta, Tensor, make
 
@@ -110,6 +111,8 @@ class _Args:
             self.tensors.append(x)
             return Ref(x._ref)
         t = type(x)
+        if t is OpaqueRef:  # its key is a remote tensor
+            return OpaqueRef._create(self.convert(x._key, where, local_ok))
         if t is tuple or t is list:
             self.key.append(t)
             out = [self.convert(v, (*where, i), local_ok) for i, v in enumerate(x)]

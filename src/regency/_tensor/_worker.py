@@ -22,7 +22,8 @@ from torch.utils._pytree import tree_leaves, tree_map
 
 from .._api._actor import Actor, endpoint
 from .._api._context import current_rank
-from . import _p2p
+from . import _extras, _p2p
+from ._extras import OpaqueRef
 from ._messages import DEFINE, DELETE, OP, RECV, SEND, GroupRef, RankRef, Ref, WorkerError
 
 __all__ = ["TensorWorker", "resolve_function"]
@@ -81,6 +82,7 @@ class TensorWorker(Actor):
         self.joined = False  # whether this worker started the proc's gloo world
         self.inbox: _p2p.Inbox | None = None  # where to_mesh values arrive (made on demand)
         self.failures: list[WorkerError] = []  # ops that raised here (not those poisoned)
+        _extras.on_worker[0] = True  # OpaqueRef values are readable in this proc
 
     def _locate(self) -> None:
         """Where this worker is in its mesh (known in endpoints, not yet in ``__init__``)."""
@@ -244,6 +246,8 @@ class TensorWorker(Actor):
             return {k: self._resolve(v) for k, v in x.items()}
         if t is GroupRef:
             return self.group(x.dims)
+        if t is OpaqueRef:
+            return OpaqueRef._create(self._resolve(x._key))
         if t is RankRef:
             return self.linear_rank(x.dims)
         return x
