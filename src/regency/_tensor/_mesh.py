@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import io
 import pickle
-import socket
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -152,14 +151,16 @@ class DeviceMesh:
             # only frees of values on procs that are stopped or dead: nothing to free
 
     def ensure_comms(self) -> None:
-        """Start the gloo world of this mesh's workers, once (one-way, before later ops)."""
+        """Start the gloo world of this mesh's workers, once: rank 0's worker starts the
+        store on its host and says where (the one wait, the first time), then every worker
+        joins (one-way, before later ops). Works across hosts."""
         if self._comms:
             return
         self.flush()
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        self.workers.init_comms.broadcast("127.0.0.1", port)
+        zero = self.workers.slice(**dict.fromkeys(self.labels, 0)) if self.labels \
+            else self.workers
+        addr, port = zero.comms_rendezvous.call_one().get()
+        self.workers.init_comms.broadcast(addr, port)
         self._comms = True
 
     # -- fetching --------------------------------------------------------------------------

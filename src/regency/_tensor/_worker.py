@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import io
+import os
 import pickle
 import traceback
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 
 from .._api._actor import Actor, endpoint
 from .._api._context import current_rank
+from ..spmd import _interface_of, _listening_ip
 from . import _extras, _p2p
 from ._extras import OpaqueRef
 from ._messages import DEFINE, DELETE, OP, RECV, SEND, GroupRef, RankRef, Ref, WorkerError
@@ -80,6 +82,7 @@ class TensorWorker(Actor):
         self.groups: dict[tuple[str, ...], Any] = {}
         self.comms_error = "init_comms was never received"
         self.joined = False  # whether this worker started the proc's gloo world
+        self.store: Any = None  # rank 0: the gloo world's TCPStore, served by this proc
         self.inbox: _p2p.Inbox | None = None  # where to_mesh values arrive (made on demand)
         self.failures: list[WorkerError] = []  # ops that raised here (not those poisoned)
         _extras.on_worker[0] = True  # OpaqueRef values are readable in this proc
@@ -151,9 +154,23 @@ class TensorWorker(Actor):
         return ("ok", buf.getvalue())
 
     @endpoint
+    def comms_rendezvous(self) -> tuple[str, int]:
+        """(Rank 0 only.) Start the gloo world's store on this proc: the address its peers
+        reach this proc at (its tcp listening IP; 127.0.0.1 for a local proc) and the port
+        the store took (the kernel's choice: no other process can have it)."""
+        if self.rank < 0:
+            self._locate()
+        host = _listening_ip() or "127.0.0.1"
+        if self.store is None:
+            self.store = dist.TCPStore(host, 0, self.world, is_master=True,
+                                       wait_for_workers=False)
+        return host, int(self.store.port)
+
+    @endpoint
     def init_comms(self, addr: str, port: int) -> None:
         """Join the gloo world of this mesh (every worker at once: the controller casts it
-        one-way); a failure is kept and raised by the first collective."""
+        one-way, after rank 0 started the store at ``addr:port``); a failure is kept and
+        raised by the first collective."""
         if self.rank < 0:
             self._locate()
         if self.joined:
@@ -166,8 +183,12 @@ class TensorWorker(Actor):
                 "parent mesh, or to_mesh() the values to a mesh of other procs")
             return
         try:
-            dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}",
-                                    rank=self.rank, world_size=self.world)
+            ifname = _interface_of(_listening_ip())
+            if ifname is not None and "GLOO_SOCKET_IFNAME" not in os.environ:
+                os.environ["GLOO_SOCKET_IFNAME"] = ifname  # else gloo takes the hostname's
+            store = self.store or dist.TCPStore(addr, port, self.world, is_master=False)
+            dist.init_process_group("gloo", store=store, rank=self.rank,
+                                    world_size=self.world)
             self.joined = True
         except Exception:
             self.comms_error = traceback.format_exc()
