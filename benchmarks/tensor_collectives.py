@@ -31,7 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 WORLD = 4
 SIZES = {"1MiB": 1 << 20, "64MiB": 64 << 20}
-ITERS = {"1MiB": 40, "64MiB": 8}
+ITERS = {"1MiB": 150, "64MiB": 10}
 LAYERS = 48
 WIDTH = 16
 

@@ -12,6 +12,7 @@ import torch
 from torch.utils._pytree import tree_map
 
 from ._dispatch import fake_of, fake_only, issue_python
+from ._mesh import _coalescing
 from ._messages import GroupRef
 from ._tensor import Tensor
 
@@ -67,8 +68,13 @@ def reduce_tensor(t: Tensor, dims: str | tuple[str, ...], reduction: str, scatte
     args = (t, GroupRef(names), reduction, scatter, inplace)
     if inplace:
         issue_python(dm, _SPEC, _SPEC, args, {}, None, mutates=[t])
-        return t
-    return issue_python(dm, _SPEC, _SPEC, args, {}, result)  # type: ignore[no-any-return,unused-ignore]
+        out = t
+    else:
+        out = issue_python(dm, _SPEC, _SPEC, args, {}, result)
+    if not _coalescing[0]:
+        dm.flush()  # a collective is slow and waits for every rank: start it at once, not
+        # when the batch fills (the workers run it while the controller issues what follows)
+    return out  # type: ignore[no-any-return,unused-ignore]
 
 
 def reduce(tensors: Any, dims: str | tuple[str, ...] = (), reduction: str = "sum",

@@ -51,7 +51,7 @@ class DataDependent(TypeError):
 class _OpInfo:
     """What the engine needs to know about one aten overload (computed once)."""
 
-    __slots__ = ("cacheable", "mutated", "names", "spec")
+    __slots__ = ("cacheable", "inplace", "mutated", "names", "spec")
 
     def __init__(self, func: Any) -> None:
         schema = func._schema
@@ -61,6 +61,10 @@ class _OpInfo:
                         if a.alias_info is not None and a.alias_info.is_write]
         aliased = any(r.alias_info is not None for r in schema.returns)
         self.cacheable = not self.mutated and not aliased and func not in _LIFT
+        # writes some inputs and returns only them (add_, zero_, copy_, out= variants):
+        # cached too, when the first run shows it leaves every input's layout as it was
+        self.inplace = bool(self.mutated) and func not in _LIFT and all(
+            r.alias_info is not None and r.alias_info.is_write for r in schema.returns)
 
 
 _INPUT, _NEW, _PLAIN = 0, 1, 2  # kinds of output leaf
@@ -166,7 +170,7 @@ def run_op(mesh: Any, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     if walk.problems:
         raise _refuse(str(func), info.names, walk)
     key = None
-    if info.cacheable:
+    if info.cacheable or info.inplace:
         try:
             key = (func, tuple(walk.key), tuple(kwargs))
             hit = _cache.get(key)
@@ -174,7 +178,13 @@ def run_op(mesh: Any, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) 
             key = hit = None
         if hit is not None:
             spec, metas = hit
-            return _define(mesh, stream, info, func, margs, mkwargs, spec, metas, [])
+            if not info.inplace:
+                return _define(mesh, stream, info, func, margs, mkwargs, spec, metas, [])
+            same = [(k, walk.tensors[v] if k == _INPUT else v, None) for k, v, _ in metas]
+            return _define(mesh, stream, info, func, margs, mkwargs, spec, same,
+                           _mutated(info, args))
+    before = [meta_of(fake_of(t)) for t in walk.tensors] if key is not None \
+        and info.inplace else None
     if lift:
         local = args[0]
         out = fake_mode.from_tensor(local)
@@ -190,12 +200,21 @@ def run_op(mesh: Any, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) 
             outs.append((_INPUT, same, None) if same is not None else (_NEW, meta_of(leaf), leaf))
         else:
             outs.append((_PLAIN, leaf, None))
-    if key is not None and all(k != _INPUT for k, _, _ in outs):
-        if len(_cache) >= CACHE_SIZE:  # e.g. a loop over many distinct scalars
-            _cache.clear()
-        _cache[key] = (spec, [(k, v, None) for k, v, _ in outs])
+    if key is not None and before is None and all(k != _INPUT for k, _, _ in outs):
+        _remember(key, spec, [(k, v, None) for k, v, _ in outs])
+    elif before is not None and all(k != _NEW for k, _, _ in outs) and before == [
+            meta_of(fake_of(t)) for t in walk.tensors]:
+        index = {id(t): i for i, t in enumerate(walk.tensors)}
+        _remember(key, spec, [(k, index[id(v)] if k == _INPUT else v, None)
+                              for k, v, _ in outs])
     mutates = _mutated(info, args)
     return _define(mesh, stream, info, func, margs, mkwargs, spec, outs, mutates)
+
+
+def _remember(key: Any, spec: Any, outs: list[tuple[int, Any, Any]]) -> None:
+    if len(_cache) >= CACHE_SIZE:  # e.g. a loop over many distinct scalars
+        _cache.clear()
+    _cache[key] = (spec, outs)
 
 
 def _propagate(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
