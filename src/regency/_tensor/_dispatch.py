@@ -180,8 +180,8 @@ def run_op(mesh: Any, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) 
             spec, metas = hit
             if not info.inplace:
                 return _define(mesh, stream, info, func, margs, mkwargs, spec, metas, [])
-            same = [(k, walk.tensors[v] if k == _INPUT else v, None) for k, v, _ in metas]
-            return _define(mesh, stream, info, func, margs, mkwargs, spec, same,
+            found = [(k, walk.tensors[v] if k == _INPUT else v, None) for k, v, _ in metas]
+            return _define(mesh, stream, info, func, margs, mkwargs, spec, found,
                            _mutated(info, args))
     before = [meta_of(fake_of(t)) for t in walk.tensors] if key is not None \
         and info.inplace else None
