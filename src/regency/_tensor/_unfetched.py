@@ -9,6 +9,7 @@ fetch raised: the op, where the program issued it, the ranks, and the worker's t
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import sys
 from typing import Any, TextIO
@@ -36,6 +37,11 @@ def install() -> None:
 def _on_stop(procs: Any) -> None:
     from ._mesh import _meshes
 
+    try:
+        asyncio.get_running_loop()
+        return  # stop() from async code: it must not block here (exit reports the rest)
+    except RuntimeError:
+        pass
     report([m for key, m in list(_meshes.items()) if key[0] == procs._uid])
 
 
