@@ -97,3 +97,39 @@ def test_a_transposed_value_keeps_its_layout(stages) -> None:
         moved = t.to_mesh(b)
         row = moved[1]  # a view computed from the controller's metadata
     assert fetch_shard(row, gpus=1).get(timeout=T).tolist() == [1.0, 4.0]
+
+
+def _stuck(t):
+    import threading
+
+    threading.Event().wait()  # the source is busy for ever: its SEND never runs
+    return t
+
+
+def test_a_source_proc_dying_fails_the_destination_fetch_instead_of_hanging() -> None:
+    import regency.actor as ra
+    from regency.testing import kill_rank
+
+    seen = []
+    before = ra.unhandled_fault_hook
+    ra.unhandled_fault_hook = seen.append  # the program goes on after the proc's death
+    a = this_host().spawn_procs(per_host={"gpus": 2}, name="dying")
+    b = this_host().spawn_procs(per_host={"gpus": 2}, name="waiting")
+    try:
+        with a.activate():
+            x = remote(_stuck, propagate=lambda t: t)(torch.ones(2))
+        with b.activate():
+            moved = x.to_mesh(b) + 1  # b's workers wait for a's, which never send
+            after = torch.ones(1)
+        kill_rank(a, 1)
+        with pytest.raises(RemoteException, match="died before its values") as info:
+            fetch_shard(moved, gpus=1).get(timeout=T)
+        assert "moved = x.to_mesh(b) + 1" in str(info.value)
+        assert fetch_shard(after, gpus=1).get(timeout=T).tolist() == [1.0]  # b goes on
+        kill_rank(a, 0)  # the other source, stuck too: its destination is freed as well
+        with pytest.raises(RemoteException, match="died before its values"):
+            fetch_shard(moved, gpus=0).get(timeout=T)
+    finally:
+        ra.unhandled_fault_hook = before
+        a.stop().get(timeout=T)
+        b.stop().get(timeout=T)

@@ -17,15 +17,19 @@ from typing import Any
 
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
+from .._api._process import runtime
 from ._dispatch import fake_of, fake_only, meta_of
 from ._errors import bad_arguments
 from ._mesh import DeviceMesh, device_mesh_of
-from ._messages import RECV, SEND
+from ._messages import RECV, SEND, WorkerError
 from ._tensor import Tensor, make
 
 __all__ = ["slice_mesh", "to_mesh"]
 
 _tids = itertools.count(1)
+KEEP_PENDING = 256  # transfers per source proc the controller keeps watching
+#: source proc address -> (tid, seq, rank, mesh id, values, destination inboxes)
+_pending: dict[str, list[tuple[int, int, int, int, int, list[Any]]]] = {}
 
 def to_mesh(tensors: Any, mesh: Any, stream: Any = None) -> Any:
     """The remote tensors of the pytree ``tensors``, moved to ``mesh`` (a ProcMesh or a
@@ -100,10 +104,38 @@ def _move(tensors: Any, dst: DeviceMesh, fixed: dict[str, int], stream: Any,
         plan.setdefault(src.rank_of(at), []).append(ports[r])
     tid = next(_tids)
     refs = [t._ref for _, t in moving]
-    src.issue_message(lambda seq: (SEND, seq, tid, refs, plan, src.id))
+    seq = src.issue_message(lambda seq: (SEND, seq, tid, refs, plan, src.id))
     src.flush()  # the destination waits for it: it must not sit in our buffer
+    _watch(src, plan, tid, seq, len(refs))
     dst.issue_message(lambda seq: (RECV, seq, tid, results))
     return tree_unflatten(out, spec)
+
+
+def _watch(src: DeviceMesh, plan: dict[int, list[Any]], tid: int, seq: int, n: int) -> None:
+    """Remember which inboxes wait for transfer ``tid`` from each source proc, so that if the
+    proc dies the controller tells them (their fetches raise instead of waiting for ever)."""
+    rt = runtime()
+    if _on_death not in rt.death_listeners:
+        rt.death_listeners.append(_on_death)
+    ranks = src.procs._shape.ranks()
+    for r, ports in plan.items():
+        waiting = _pending.setdefault(src.procs._proc_addrs[ranks[r]], [])
+        waiting.append((tid, seq, r, src.id, n, ports))
+        if len(waiting) > KEEP_PENDING:  # long done: a source runs its sends in order
+            del waiting[0]
+
+
+def _on_death(addr: str) -> None:
+    """A proc died: its transfers that may not have left fail at their destinations."""
+    for tid, seq, rank, mesh_id, n, ports in _pending.pop(addr, []):
+        err = WorkerError(seq, rank, "to_mesh", f"the source proc of rank {rank} ({addr}) "
+                          "died before its values were known to have left; they never "
+                          "arrive", mesh_id)
+        for port in ports:
+            try:
+                port.send((tid, [err] * n))  # unused if the values came first
+            except Exception:  # noqa: BLE001 - a destination that is gone waits for nothing
+                pass
 
 
 def _size(mesh: DeviceMesh) -> int:
