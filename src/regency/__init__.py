@@ -53,9 +53,10 @@ _logging.getLogger("regency").addHandler(_logging.NullHandler())
 #: The tensor engine's names (``monarch`` exports them at its top level); they import torch,
 #: so they load on first access and ``import regency`` alone never imports torch.
 _TENSOR_NAMES = frozenset({
-    "RemoteException", "Stream", "Tensor", "call_on_shard_and_fetch", "coalescing",
-    "fetch_shard", "get_active_mesh", "get_active_stream", "inspect", "no_mesh", "reduce",
-    "reduce_", "remote", "slice_mesh", "to_mesh",
+    "OpaqueRef", "RemoteException", "RemoteProcessGroup", "Simulator", "Stream", "Tensor",
+    "call_on_shard_and_fetch", "coalescing", "fetch_shard", "function_resolvers",
+    "get_active_mesh", "get_active_stream", "inspect", "no_mesh", "reduce", "reduce_",
+    "remote", "set_meta", "show", "slice_mesh", "to_mesh", "world_mesh",
 })
 
 

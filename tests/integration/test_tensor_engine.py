@@ -349,8 +349,9 @@ def test_slice_mesh_and_to_mesh_between_meshes(procs) -> None:
             regency.slice_mesh(x, cpus=0)
         with procs.activate():
             bad = remote(_boom, propagate=lambda t: t)(x)
+        moved = bad.slice_mesh(hosts=0)  # worker to worker: the error travels with it
         with pytest.raises(RemoteException, match="boom on purpose"):
-            bad.slice_mesh(hosts=0)  # the values are fetched here: so is their error
+            fetch(moved, gpus=1)
     finally:
         other.stop().get(timeout=T)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import importlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +65,11 @@ class Instance:
         if self._proc is None:
             raise RuntimeError(f"{self!r} knows no proc")
         return self._proc
+
+    def spawn_tensor_engine(self, proc_mesh: ProcMesh) -> Any:
+        """The tensor engine of ``proc_mesh`` (its device mesh; workers spawned the first
+        time). ``proc_mesh.activate()`` is the usual way in; needs torch."""
+        return importlib.import_module("regency._tensor.api").device_mesh_of(proc_mesh)
 
     def stop(self, reason: str = "stopped by the actor itself") -> None:
         """Stop this actor (this rank only) after the current message."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import threading
 import warnings
@@ -12,6 +13,8 @@ from typing import Any, Generic, TypeVar
 from .._debug._stacks import where_stuck
 from .._runtime._completion import Completion
 from . import _failfast
+
+_log = logging.getLogger("regency")
 
 __all__ = ["Future"]
 
@@ -97,6 +100,18 @@ class Future(Generic[R]):
     def done(self) -> bool:
         """Whether the result (or exception) is there."""
         return self._completion.done()
+
+    def add_callback(self, callback: Callable[[Future[R]], object]) -> None:
+        """Call ``callback(self)`` once the result (or exception) is there: at once if it is
+        already, else on the thread that completes it (regency's runtime thread: keep it
+        short and never block in it). An exception the callback raises is logged."""
+        def run(_: Completion) -> None:
+            try:
+                callback(self)
+            except Exception:
+                _log.exception("regency: exception in a Future callback")
+
+        self._completion.add_done_callback(run)
 
     def as_asyncio(self) -> asyncio.Future[R]:
         """An ``asyncio.Future`` on the running loop (for ``gather``, ``wait_for``)."""

@@ -52,6 +52,10 @@ __all__ = ["HostMesh", "ProcMesh", "proc_mesh_of", "this_host", "this_proc"]
 
 T = TypeVar("T", bound=Actor)
 
+#: Called with a proc mesh at the start of its ``stop()``, while its procs still run (the
+#: tensor engine reports there the errors no fetch observed). A hook must not raise.
+before_stop: list[Callable[[Any], None]] = []
+
 
 class ProcMesh(MeshTrait):
     """A mesh of OS processes; ``spawn`` puts one actor of a class in each."""
@@ -197,6 +201,8 @@ class ProcMesh(MeshTrait):
 
     def stop(self, reason: str = "stopped by client") -> Future[None]:
         """Stop every proc of the mesh and its actors (``__cleanup__`` runs)."""
+        for hook in before_stop:
+            hook(self)
         rt = runtime()
         info = api_state(rt).proc_meshes.get(self._uid)
         size = len(info.addr_list) if info is not None else None
@@ -248,6 +254,13 @@ class ProcMesh(MeshTrait):
         api = _tensor_api()
         return api.process_group(api.device_mesh_of(self), dims)
 
+    def to_table(self) -> str:
+        """A text table of this mesh's ranks laid out by its dims (the last dim across;
+        one table per index of the dims before the last two)."""
+        labels = list(self._shape_.labels)
+        sizes = [self.sizes[d] for d in labels]
+        return _rank_table(labels, sizes)
+
     async def logging_option(self, stream_to_client: bool = True,
                              aggregate_window_sec: float | None = None,
                              level: int = 20) -> None:
@@ -284,6 +297,38 @@ class ProcMesh(MeshTrait):
 
     def __repr__(self) -> str:
         return f"<ProcMesh {self._uid} {self._shape_.extent}>"
+
+
+def _rank_table(labels: list[str], sizes: list[int]) -> str:
+    """Ranks 0..n-1 (row-major over ``sizes``) as grid tables; see ``ProcMesh.to_table``."""
+    if not sizes:
+        return "rank 0 (a mesh with no dims)"
+    cols = sizes[-1]
+    rows = sizes[-2] if len(sizes) > 1 else 1
+    outer = 1
+    for s in sizes[:-2]:
+        outer *= s
+    out: list[str] = []
+    for o in range(outer):
+        if len(sizes) > 2:
+            idx, rem = [], o
+            for s in reversed(sizes[:-2]):
+                rem, i = divmod(rem, s)
+                idx.append(i)
+            out.append(", ".join(f"{d}={i}" for d, i in zip(labels[:-2], reversed(idx))))
+        head = [f"{labels[-2]} \\ {labels[-1]}" if len(sizes) > 1 else labels[-1]]
+        cells = [head + [str(c) for c in range(cols)]]
+        for r in range(rows):
+            first = [str(r)] if len(sizes) > 1 else ["rank"]
+            base = (o * rows + r) * cols
+            cells.append(first + [str(base + c) for c in range(cols)])
+        width = max(len(c) for row in cells for c in row)
+        line = "+" + "+".join("-" * (width + 2) for _ in cells[0]) + "+"
+        out.append(line)
+        for row in cells:
+            out.append("| " + " | ".join(c.rjust(width) for c in row) + " |")
+            out.append(line)
+    return "\n".join(out)
 
 
 def _tensor_api() -> Any:

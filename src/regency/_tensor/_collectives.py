@@ -12,10 +12,11 @@ import torch
 from torch.utils._pytree import tree_map
 
 from ._dispatch import fake_of, fake_only, issue_python
+from ._mesh import _coalescing
 from ._messages import GroupRef
 from ._tensor import Tensor
 
-__all__ = ["process_group", "reduce", "reduce_", "reduce_tensor"]
+__all__ = ["RemoteProcessGroup", "process_group", "reduce", "reduce_", "reduce_tensor"]
 
 REDUCTIONS = ("stack", "sum", "avg", "product", "min", "max", "band", "bor", "bxor")
 _SPEC = "py:regency._tensor._comm_ops:reduce"
@@ -67,8 +68,13 @@ def reduce_tensor(t: Tensor, dims: str | tuple[str, ...], reduction: str, scatte
     args = (t, GroupRef(names), reduction, scatter, inplace)
     if inplace:
         issue_python(dm, _SPEC, _SPEC, args, {}, None, mutates=[t])
-        return t
-    return issue_python(dm, _SPEC, _SPEC, args, {}, result)  # type: ignore[no-any-return,unused-ignore]
+        out = t
+    else:
+        out = issue_python(dm, _SPEC, _SPEC, args, {}, result)
+    if not _coalescing[0]:
+        dm.flush()  # a collective is slow and waits for every rank: start it at once, not
+        # when the batch fills (the workers run it while the controller issues what follows)
+    return out  # type: ignore[no-any-return,unused-ignore]
 
 
 def reduce(tensors: Any, dims: str | tuple[str, ...] = (), reduction: str = "sum",
@@ -93,11 +99,53 @@ def reduce_(tensors: Any, dims: str | tuple[str, ...] = (), reduction: str = "su
                     if isinstance(t, Tensor) else t, tensors)
 
 
-def process_group(device_mesh: Any, dims: str | tuple[str, ...]) -> GroupRef:
+class RemoteProcessGroup(GroupRef):
+    """The controller's handle to the torch.distributed group of each worker over mesh
+    dims (``procs.process_group(dims)``): passed to a ``remote`` function, it is that
+    worker's own ``ProcessGroup`` (gloo on CPU). Workers make the group on first use, the
+    same on every rank, and keep it while the mesh lives."""
+
+    __slots__ = ("device_mesh", "ref")
+
+    def __init__(self, dims: tuple[str, ...], device_mesh: Any) -> None:
+        super().__init__(dims)
+        self.device_mesh = device_mesh
+        self.ref: int | None = 0
+
+    def size(self) -> int:
+        """How many ranks each group has (the product of its dims' sizes)."""
+        n = 1
+        for d in self.dims:
+            n *= self.device_mesh.sizes[d]
+        return n
+
+    def ensure_split_comm_remotely(self, stream: Any = None) -> None:
+        """Accepted for Monarch code: each worker makes its group when an op first uses it,
+        in stream order, so there is nothing to do ahead."""
+
+    def drop(self) -> None:
+        """Mark the handle dropped (the workers keep the group: groups are made once per
+        mesh and reused by every handle to the same dims)."""
+        self.ref = None
+
+    def delete_ref(self, ref: int) -> None:
+        """Accepted for Monarch code; see :meth:`drop`."""
+        self.ref = None
+
+    @property
+    def dropped(self) -> bool:
+        """Whether :meth:`drop` was called."""
+        return self.ref is None
+
+    def __repr__(self) -> str:
+        return f"RemoteProcessGroup(dims={self.dims}, mesh={self.device_mesh!r})"
+
+
+def process_group(device_mesh: Any, dims: str | tuple[str, ...]) -> RemoteProcessGroup:
     """The torch.distributed group over ``dims``: pass it to a ``remote`` function, where it
     is the worker's own ``ProcessGroup``: gloo for CPU tensors and NCCL for CUDA tensors
     when every member has a GPU of its own; gloo alone (which takes CUDA tensors for
     all_reduce, broadcast and all_gather) when members share a GPU."""
     names = _dims(device_mesh, dims)
     device_mesh.ensure_comms()
-    return GroupRef(names)
+    return RemoteProcessGroup(names, device_mesh)

@@ -54,8 +54,14 @@ def _reduce(t: torch.Tensor, group: Any, reduction: str, scatter: bool,
         if scatter:  # all-to-all: slot j of the result is slot `me` of rank j's input
             return torch.stack([p[me] for p in parts])
         return torch.stack(parts)
+    op = getattr(dist.ReduceOp, _OPS[reduction])
+    if inplace and t.is_contiguous():  # no copy: the collective writes the tensor itself
+        dist.all_reduce(t, op=op, group=group)
+        if reduction == "avg":
+            t.div_(n) if t.is_floating_point() else t.floor_divide_(n)
+        return None
     buf = t.contiguous().clone()
-    dist.all_reduce(buf, op=getattr(dist.ReduceOp, _OPS[reduction]), group=group)
+    dist.all_reduce(buf, op=op, group=group)
     if reduction == "avg":
         buf = buf / n if buf.is_floating_point() else buf // n
     if scatter:

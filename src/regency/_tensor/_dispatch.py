@@ -25,6 +25,7 @@ from ._active import Stream
 from ._borrow import share
 from ._devices import Lifted
 from ._errors import bad_arguments
+from ._extras import OpaqueRef
 from ._messages import Ref
 from ._tensor import Meta, Tensor, make
 
@@ -52,7 +53,7 @@ class DataDependent(TypeError):
 class _OpInfo:
     """What the engine needs to know about one aten overload (computed once)."""
 
-    __slots__ = ("cacheable", "mutated", "names", "spec", "view_of")
+    __slots__ = ("cacheable", "inplace", "mutated", "names", "spec", "view_of")
 
     def __init__(self, func: Any) -> None:
         schema = func._schema
@@ -68,6 +69,10 @@ class _OpInfo:
             self.view_of = next((i for i, a in enumerate(schema.arguments)
                                  if a.alias_info is not None and not a.alias_info.is_write),
                                 None)
+        # writes some inputs and returns only them (add_, zero_, copy_, out= variants):
+        # cached too, when the first run shows it leaves every input's layout as it was
+        self.inplace = bool(self.mutated) and func not in _LIFT and all(
+            r.alias_info is not None and r.alias_info.is_write for r in schema.returns)
 
 
 _INPUT, _NEW, _PLAIN = 0, 1, 2  # kinds of output leaf
@@ -121,6 +126,8 @@ class _Args:
             self.tensors.append(x)
             return Ref(x._ref)
         t = type(x)
+        if t is OpaqueRef:  # its key is a remote tensor
+            return OpaqueRef._create(self.convert(x._key, where, local_ok))
         if t is tuple or t is list:
             self.key.append(t)
             out = [self.convert(v, (*where, i), local_ok) for i, v in enumerate(x)]
@@ -187,7 +194,7 @@ def run_op(mesh: Any, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     if walk.problems:
         raise _refuse(str(func), info.names, walk)
     key = None
-    if info.cacheable:
+    if info.cacheable or info.inplace:
         try:
             key = (func, tuple(walk.key), tuple(kwargs))
             hit = _cache.get(key)
@@ -195,7 +202,13 @@ def run_op(mesh: Any, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) 
             key = hit = None
         if hit is not None:
             spec, metas = hit
-            return _define(mesh, stream, info, func, margs, mkwargs, spec, metas, [])
+            if not info.inplace:
+                return _define(mesh, stream, info, func, margs, mkwargs, spec, metas, [])
+            found = [(k, walk.tensors[v] if k == _INPUT else v, None) for k, v, _ in metas]
+            return _define(mesh, stream, info, func, margs, mkwargs, spec, found,
+                           _mutated(info, args))
+    before = [meta_of(fake_of(t)) for t in walk.tensors] if key is not None \
+        and info.inplace else None
     if lift:
         local = args[0]
         out = fake_mode.from_tensor(local)
@@ -211,10 +224,13 @@ def run_op(mesh: Any, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) 
             outs.append((_INPUT, same, None) if same is not None else (_NEW, meta_of(leaf), leaf))
         else:
             outs.append((_PLAIN, leaf, None))
-    if key is not None and all(k != _INPUT for k, _, _ in outs):
-        if len(_cache) >= CACHE_SIZE:  # e.g. a loop over many distinct scalars
-            _cache.clear()
-        _cache[key] = (spec, [(k, v, None) for k, v, _ in outs])
+    if key is not None and before is None and all(k != _INPUT for k, _, _ in outs):
+        _remember(key, spec, [(k, v, None) for k, v, _ in outs])
+    elif before is not None and all(k != _NEW for k, _, _ in outs) and before == [
+            meta_of(fake_of(t)) for t in walk.tensors]:
+        index = {id(t): i for i, t in enumerate(walk.tensors)}
+        _remember(key, spec, [(k, index[id(v)] if k == _INPUT else v, None)
+                              for k, v, _ in outs])
     mutates = _mutated(info, args)
     src = args[info.view_of] if info.view_of is not None and info.view_of < len(args) else None
     return _define(mesh, stream, info, func, margs, mkwargs, spec, outs, mutates,
@@ -231,6 +247,12 @@ def _shipped(local: torch.Tensor) -> Any:
 
 _SCALAR_HINT = (" (From a torch.optim optimizer such as Adam? It reads its step count this "
                 "way; pass fused=True, or capturable=True on CUDA, to keep it a tensor.)")
+
+
+def _remember(key: Any, spec: Any, outs: list[tuple[int, Any, Any]]) -> None:
+    if len(_cache) >= CACHE_SIZE:  # e.g. a loop over many distinct scalars
+        _cache.clear()
+    _cache[key] = (spec, outs)
 
 
 def _propagate(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

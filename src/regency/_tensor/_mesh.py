@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import io
 import pickle
-import socket
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -25,7 +24,7 @@ from .._api._state import api_state
 from .._api._value_mesh import ValueMesh
 from .._runtime._completion import Completion
 from ..errors import SupervisionError
-from . import _active
+from . import _active, _unfetched
 from ._devices import host_ranks, local_rank
 from ._errors import Frames, RemoteException, format_frames
 from ._messages import DEFINE, DELETE, OP, WorkerError
@@ -38,6 +37,7 @@ KEEP_FRAMES = 65536
 _SKIP = ("/torch/", "/regency/_")
 _coalescing = [0]
 _meshes: dict[tuple[str, tuple[int, ...]], DeviceMesh] = {}
+_by_id: dict[int, DeviceMesh] = {}
 
 
 def device_mesh_of(procs: Any) -> DeviceMesh:
@@ -91,6 +91,13 @@ class DeviceMesh:
         self._seq = 0
         self._comms = False
         self._addr_ranks: dict[str, int] | None = None
+        self.id = len(_by_id) + 1
+        _by_id[self.id] = self
+        self.seen: set[int] = set()  # seqs of failed ops whose error a fetch raised
+        self.values_received = 0  # replies that carried values to the controller (tests)
+        self._inboxes: list[Any] | None = None
+        self.stopped = False  # its unobserved errors were reported (its procs stop)
+        _unfetched.install()
 
     # -- activation ------------------------------------------------------------------------
     def activate(self) -> contextlib.AbstractContextManager[None]:
@@ -155,12 +162,12 @@ class DeviceMesh:
                 "(procs.spawn(...)), or move the tensors there with to_mesh()")
         return frozenset(table[a] for a in addrs)
 
-    def issue_unbuffered(self) -> int:
-        """A seq (with the caller's frames) for an op the caller sends itself, rank by rank
-        (``to_mesh``); the buffer must have been flushed."""
-        seq = self._seq = self._seq + 1
-        self._frames[seq] = _frames()
-        return seq
+    def inbox_ports(self) -> list[Any]:
+        """The inbox port of each worker, by rank (asked once: ``to_mesh`` sends there)."""
+        if self._inboxes is None:
+            self.flush()
+            self._inboxes = list(self.workers.inbox_port.call().get().values())
+        return self._inboxes
 
     def delete(self, ref: int) -> None:
         """Queue the deletion of ``ref`` (sent with the next batch)."""
@@ -182,14 +189,16 @@ class DeviceMesh:
             # only frees of values on procs that are stopped or dead: nothing to free
 
     def ensure_comms(self) -> None:
-        """Start the gloo world of this mesh's workers, once (one-way, before later ops)."""
+        """Start the gloo world of this mesh's workers, once: rank 0's worker starts the
+        store on its host and says where (the one wait, the first time), then every worker
+        joins (one-way, before later ops). Works across hosts."""
         if self._comms:
             return
         self.flush()
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        self.workers.init_comms.broadcast("127.0.0.1", port)
+        zero = self.workers.slice(**dict.fromkeys(self.labels, 0)) if self.labels \
+            else self.workers
+        addr, port = zero.comms_rendezvous.call_one().get()
+        self.workers.init_comms.broadcast(addr, port)
         self._comms = True
 
     # -- fetching --------------------------------------------------------------------------
@@ -254,6 +263,7 @@ class DeviceMesh:
             dst.set_exception(exc)
             return
         replies = src.outcome()
+        self.values_received += 1
         values = []
         try:
             with _disable_current_modes():
@@ -272,6 +282,7 @@ class DeviceMesh:
             dst.set_exception(exc)
             return
         status, value = src.outcome()
+        self.values_received += 1
         if status == "error":
             dst.set_exception(self.remote_exception(value))
             return
@@ -282,9 +293,11 @@ class DeviceMesh:
             dst.set_exception(e)
 
     def remote_exception(self, err: WorkerError) -> RemoteException:
-        """The controller's view of a worker's error."""
+        """The controller's view of a worker's error (marked as seen: not reported at exit)."""
+        origin = _by_id.get(err.mesh, self) if err.mesh else self
+        origin.seen.add(err.seq)
         return RemoteException(err.seq, err.rank, err.fn, err.message,
-                               format_frames(self._frames.get(err.seq)))
+                               format_frames(origin._frames.get(err.seq)))
 
     def table_sizes(self) -> list[int]:
         """How many values each worker holds (after the ops sent so far)."""

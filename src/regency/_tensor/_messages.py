@@ -17,14 +17,19 @@ A batch is a list of tuples, each starting with its kind:
 * ``(BORROW, seq, ref, src)``: ``ref`` names the value of ``src`` (a borrow to a stream).
 * ``(BORROW_DROP, seq, ref, origin_refs)``: a mutable borrow ends: an error in ``ref``
   reaches ``origin_refs``.
+* ``(SEND, seq, tid, refs, ports, mesh_id)``: send the values of ``refs`` (or the error one
+  of them holds) to the inbox ports of the destination workers ``ports[rank]`` lists for this
+  rank, as transfer ``tid`` (``to_mesh``, worker to worker; see ``_p2p``).
+* ``(RECV, seq, tid, results)``: wait for transfer ``tid`` in this worker's inbox and store its
+  values under ``results``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ACTOR", "BIND", "BORROW", "BORROW_DROP", "DEFINE", "DELETE", "KEEP", "OP",
-           "GroupRef", "RankRef", "Ref", "WorkerError"]
+__all__ = ["ACTOR", "BIND", "BORROW", "BORROW_DROP", "DEFINE", "DELETE", "KEEP", "OP", "RECV",
+           "SEND", "GroupRef", "RankRef", "Ref", "WorkerError"]
 
 OP = 0
 DEFINE = 1
@@ -33,6 +38,8 @@ ACTOR = 3
 BORROW = 4
 BORROW_DROP = 5
 BIND = 6
+SEND = 7
+RECV = 8
 #: ``results`` of an ``ACTOR`` message whose outputs are not known yet (cached propagation)
 KEEP = -1
 
@@ -80,15 +87,19 @@ class RankRef:
 
 
 class WorkerError:
-    """Stored under the results of an op that failed (and of every op that used them)."""
+    """Stored under the results of an op that failed (and of every op that used them).
 
-    __slots__ = ("fn", "message", "rank", "seq")
+    ``mesh`` is the id of the device mesh whose stream ``seq`` numbers (0: the mesh the
+    error is read from); an error that came over ``to_mesh`` keeps its source's."""
 
-    def __init__(self, seq: int, rank: int, fn: str, message: str) -> None:
+    __slots__ = ("fn", "mesh", "message", "rank", "seq")
+
+    def __init__(self, seq: int, rank: int, fn: str, message: str, mesh: int = 0) -> None:
         self.seq = seq
         self.rank = rank
         self.fn = fn
         self.message = message
+        self.mesh = mesh
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (WorkerError, (self.seq, self.rank, self.fn, self.message))
+        return (WorkerError, (self.seq, self.rank, self.fn, self.message, self.mesh))

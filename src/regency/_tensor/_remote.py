@@ -12,6 +12,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 from .._api._future import Future
 from . import _active
 from ._dispatch import _fakes, fake_only, issue_python
+from ._extras import function_resolvers
 from ._messages import Ref
 from ._tensor import Tensor
 from ._worker import TensorMeta
@@ -22,6 +23,12 @@ __all__ = ["Remote", "call_on_shard_and_fetch", "remote"]
 def _spec(fn: Callable[..., Any] | str) -> str | bytes:
     """How workers load ``fn``: a path, or cloudpickle (by reference for importable
     functions, by value for ``__main__`` and lambdas)."""
+    if not isinstance(fn, str):
+        for resolve in function_resolvers:
+            name = resolve(fn)
+            if name is not None:
+                fn = name
+                break
     if isinstance(fn, str):
         module, _, qual = fn.rpartition(".")
         return f"py:{module}:{qual}"

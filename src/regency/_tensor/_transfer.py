@@ -1,38 +1,35 @@
 """``to_mesh`` and ``slice_mesh``: remote tensors from one device mesh to another.
 
-The values travel through the controller: ``to_mesh`` fetches each source rank's values
-(the one place besides a fetch where the controller waits) and sends each destination rank
-its own as a one-way message, ordered in the destination's stream like any op. Dims are
-matched by name; a destination dim the source lacks gets the same value along it.
+The values go from worker to worker, never through the controller: a ``SEND`` in the
+source's stream sends each source rank's values to the inboxes of the destination ranks
+that take them, and a ``RECV`` in the destination's stream waits for them there (see
+``_p2p``). Both sit in their streams where ``to_mesh`` was called, so the ops before and
+after it on either mesh see the values as of that point. The controller does not wait (but
+once per destination mesh, to learn its workers' inbox ports). Dims are matched by name; a
+destination dim the source lacks gets the same value along it.
 """
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from typing import Any
 
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from .._api._future import Future
+from .._api._process import runtime
 from ._dispatch import fake_of, fake_only, meta_of
 from ._errors import bad_arguments
 from ._mesh import DeviceMesh, device_mesh_of
-from ._messages import OP, Ref
+from ._messages import RECV, SEND, WorkerError
 from ._tensor import Tensor, make
 
 __all__ = ["slice_mesh", "to_mesh"]
 
-_STORE = "py:regency._tensor._transfer:stored"
-
-
-def stored(value: Any, devices: Any = None) -> Any:
-    """The worker function of a transfer: the value the controller sent this rank (fetched
-    to CPU), each tensor moved to its device in ``devices`` (a CUDA device there is this
-    worker's own)."""
-    if devices is None:
-        return value
-    return [v.to(d) if d.type != "cpu" else v for v, d in zip(value, devices)]
-
+_tids = itertools.count(1)
+KEEP_PENDING = 256  # transfers per source proc the controller keeps watching
+#: source proc address -> (tid, seq, rank, mesh id, values, destination inboxes)
+_pending: dict[str, list[tuple[int, int, int, int, int, list[Any]]]] = {}
 
 def to_mesh(tensors: Any, mesh: Any, stream: Any = None) -> Any:
     """The remote tensors of the pytree ``tensors``, moved to ``mesh`` (a ProcMesh or a
@@ -45,7 +42,6 @@ def to_mesh(tensors: Any, mesh: Any, stream: Any = None) -> Any:
     Raises:
         ValueError: the meshes' dims do not match.
         TypeError: the tensors are on different meshes, or one was dropped.
-        RemoteException: a value failed on the source (raised here: it is fetched here).
     """
     dst = mesh if isinstance(mesh, DeviceMesh) else device_mesh_of(mesh)
     return _move(tensors, dst, {}, stream, "to_mesh")
@@ -92,38 +88,54 @@ def _move(tensors: Any, dst: DeviceMesh, fixed: dict[str, int], stream: Any,
     if extra:
         warnings.warn(f"{where}: the destination's dims {extra} are not in the source; its "
                       "value is copied along them", stacklevel=3)
-    values = _fetch_all(src, [Ref(t._ref) for _, t in moving], dst, fixed)
     out = list(leaves)
-    refs: list[int | None] = []
-    devices = [t.device for _, t in moving]
+    results: list[tuple[int, tuple[int, ...]]] = []
     for i, t in moving:
         with fake_only():
             fake = fake_of(t).clone()  # the layout the worker's copy has
         ref = dst.new_ref()
-        refs.append(ref)
+        results.append((ref, tuple(fake.stride())))
         out[i] = make(dst, stream or t._stream, ref, meta_of(fake), fake)
-    fid = dst.function_id(_STORE, _STORE)
-    dst.flush()
-    seq = dst.issue_unbuffered()
-    for coords, value in values:
-        member = dst.workers.slice(**coords) if coords else dst.workers
-        member.run.broadcast([(OP, seq, fid, (value, devices), {}, refs, [])])
+    ports = dst.inbox_ports()
+    plan: dict[int, list[Any]] = {}
+    for r in range(_size(dst)):
+        coords = _coords(dst, r)
+        at = {d: coords[d] if d in coords else fixed[d] for d in src.labels}
+        plan.setdefault(src.rank_of(at), []).append(ports[r])
+    tid = next(_tids)
+    refs = [t._ref for _, t in moving]
+    seq = src.issue_message(SEND, (tid, refs, plan, src.id))
+    src.flush()  # the destination waits for it: it must not sit in our buffer
+    _watch(src, plan, tid, seq, len(refs))
+    dst.issue_message(RECV, (tid, results))
     return tree_unflatten(out, spec)
 
 
-def _fetch_all(src: DeviceMesh, tree: list[Ref], dst: DeviceMesh,
-               fixed: dict[str, int]) -> list[tuple[dict[str, int], Any]]:
-    """Each destination rank's coordinates, with the source values it gets."""
-    futures: dict[tuple[int, ...], Future[Any]] = {}
-    plan: list[tuple[dict[str, int], tuple[int, ...]]] = []
-    for r in range(_size(dst)):
-        coords = _coords(dst, r)
-        at = tuple(coords[d] if d in coords else fixed[d] for d in src.labels)
-        if at not in futures:
-            futures[at] = src.fetch(tree, dict(zip(src.labels, at)))
-        plan.append((coords, at))
-    got = {at: f.get() for at, f in futures.items()}
-    return [(coords, got[at]) for coords, at in plan]
+def _watch(src: DeviceMesh, plan: dict[int, list[Any]], tid: int, seq: int, n: int) -> None:
+    """Remember which inboxes wait for transfer ``tid`` from each source proc, so that if the
+    proc dies the controller tells them (their fetches raise instead of waiting for ever)."""
+    rt = runtime()
+    if _on_death not in rt.death_listeners:
+        rt.death_listeners.append(_on_death)
+    ranks = src.procs._shape.ranks()
+    for r, ports in plan.items():
+        waiting = _pending.setdefault(src.procs._proc_addrs[ranks[r]], [])
+        waiting.append((tid, seq, r, src.id, n, ports))
+        if len(waiting) > KEEP_PENDING:  # long done: a source runs its sends in order
+            del waiting[0]
+
+
+def _on_death(addr: str) -> None:
+    """A proc died: its transfers that may not have left fail at their destinations."""
+    for tid, seq, rank, mesh_id, n, ports in _pending.pop(addr, []):
+        err = WorkerError(seq, rank, "to_mesh", f"the source proc of rank {rank} ({addr}) "
+                          "died before its values were known to have left; they never "
+                          "arrive", mesh_id)
+        for port in ports:
+            try:
+                port.send((tid, [err] * n))  # unused if the values came first
+            except Exception:  # noqa: BLE001 - a destination that is gone waits for nothing
+                pass
 
 
 def _size(mesh: DeviceMesh) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import io
+import os
 import pickle
 import socket
 import time
@@ -25,8 +26,10 @@ from torch.utils._pytree import tree_leaves, tree_map
 from .._api._actor import Actor, endpoint
 from .._api._context import current_rank
 from .._api._process import runtime
-from . import _broker, _comm_ops
+from ..spmd import _interface_of, _listening_ip
+from . import _broker, _comm_ops, _extras, _p2p
 from ._devices import Lifted, choose_backend, device_index, uses_nccl
+from ._extras import OpaqueRef
 from ._messages import (
     ACTOR,
     BIND,
@@ -36,6 +39,8 @@ from ._messages import (
     DELETE,
     KEEP,
     OP,
+    RECV,
+    SEND,
     GroupRef,
     RankRef,
     Ref,
@@ -43,6 +48,8 @@ from ._messages import (
 )
 
 __all__ = ["TensorWorker", "resolve_function"]
+
+MAX_FAILURES = 100  # failed ops a worker remembers for the report at exit
 
 
 class _Poisoned(Exception):
@@ -107,6 +114,10 @@ class TensorWorker(Actor):
         self.comms_error = "init_comms was never received"
         self.joined = False  # whether this worker started the proc's gloo world
         self.kept: dict[int, Any] = {}  # rref values whose outputs are not known yet
+        self.store: Any = None  # rank 0: the gloo world's TCPStore, served by this proc
+        self.inbox: _p2p.Inbox | None = None  # where to_mesh values arrive (made on demand)
+        self.failures: list[WorkerError] = []  # ops that raised here (not those poisoned)
+        _extras.on_worker[0] = True  # OpaqueRef values are readable in this proc
 
     def _locate(self) -> None:
         """Where this worker is in its mesh (known in endpoints, not yet in ``__init__``)."""
@@ -157,6 +168,10 @@ class TensorWorker(Actor):
                 if type(err) is WorkerError:  # the lender's values hold the borrow's error
                     for ref in msg[3]:
                         self.table[ref] = err
+            elif kind == SEND:
+                _p2p.send(self, msg)
+            elif kind == RECV:
+                _p2p.recv(self, msg)
 
     @endpoint
     def fetch(self, tree: Any) -> tuple[str, Any]:
@@ -208,9 +223,23 @@ class TensorWorker(Actor):
         return ("ok", buf.getvalue())
 
     @endpoint
+    def comms_rendezvous(self) -> tuple[str, int]:
+        """(Rank 0 only.) Start the gloo world's store on this proc: the address its peers
+        reach this proc at (its tcp listening IP; 127.0.0.1 for a local proc) and the port
+        the store took (the kernel's choice: no other process can have it)."""
+        if self.rank < 0:
+            self._locate()
+        host = _listening_ip() or "127.0.0.1"
+        if self.store is None:
+            self.store = dist.TCPStore(host, 0, self.world, is_master=True,
+                                       wait_for_workers=False)
+        return host, int(self.store.port)
+
+    @endpoint
     def init_comms(self, addr: str, port: int) -> None:
         """Join the gloo world of this mesh (every worker at once: the controller casts it
-        one-way); a failure is kept and raised by the first collective."""
+        one-way, after rank 0 started the store at ``addr:port``); a failure is kept and
+        raised by the first collective."""
         if self.rank < 0:
             self._locate()
         if self.joined:
@@ -223,11 +252,27 @@ class TensorWorker(Actor):
                 "parent mesh, or to_mesh() the values to a mesh of other procs")
             return
         try:
-            dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}",
-                                    rank=self.rank, world_size=self.world)
+            ifname = _interface_of(_listening_ip())
+            if ifname is not None and "GLOO_SOCKET_IFNAME" not in os.environ:
+                os.environ["GLOO_SOCKET_IFNAME"] = ifname  # else gloo takes the hostname's
+            store = self.store or dist.TCPStore(addr, port, self.world, is_master=False)
+            dist.init_process_group("gloo", store=store, rank=self.rank,
+                                    world_size=self.world)
             self.joined = True
         except Exception:
             self.comms_error = traceback.format_exc()
+
+    @endpoint
+    def inbox_port(self) -> Any:
+        """The port ``to_mesh`` sources send this worker's values to."""
+        return self.inbox_of().port
+
+    @endpoint
+    def unreported(self, seen: list[int]) -> list[WorkerError]:
+        """The errors of ops that failed here (after the ops sent so far), but those whose
+        seq is in ``seen`` (errors some fetch already raised)."""
+        skip = set(seen)
+        return [e for e in self.failures if e.seq not in skip]
 
     @endpoint
     def table_size(self) -> int:
@@ -235,6 +280,12 @@ class TensorWorker(Actor):
         return len(self.table)
 
     # -- internals -------------------------------------------------------------------------
+    def inbox_of(self) -> _p2p.Inbox:
+        """This worker's inbox of transfers (opened the first time)."""
+        if self.inbox is None:
+            self.inbox = _p2p.Inbox()
+        return self.inbox
+
     def _define(self, fid: int, spec: str | bytes) -> None:
         name = spec if isinstance(spec, str) else "<pickled function>"
         try:
@@ -253,6 +304,8 @@ class TensorWorker(Actor):
             err = p.error
         except BaseException:
             err = WorkerError(seq, self.rank, self.names.get(fid, "?"), traceback.format_exc())
+            if len(self.failures) < MAX_FAILURES:
+                self.failures.append(err)
         else:
             table = self.table
             if len(results) == 1 and isinstance(out, torch.Tensor):
@@ -344,6 +397,8 @@ class TensorWorker(Actor):
             return {k: self._resolve(v) for k, v in x.items()}
         if t is GroupRef:
             return self.group(x.dims)
+        if t is OpaqueRef:
+            return OpaqueRef._create(self._resolve(x._key))
         if t is RankRef:
             return self.linear_rank(x.dims)
         if t is _DEVICE:

@@ -7,8 +7,9 @@ from typing import Any
 from . import _actors
 from . import _dispatch as _dispatch  # installs the dispatch mode hooks
 from ._active import Stream, get_active_mesh, get_active_stream, no_mesh
-from ._collectives import process_group, reduce, reduce_
+from ._collectives import RemoteProcessGroup, process_group, reduce, reduce_
 from ._errors import RemoteException
+from ._extras import OpaqueRef, Simulator, function_resolvers, set_meta, show, world_mesh
 from ._fetch import fetch_shard, inspect, rank_tensor
 from ._mesh import DeviceMesh, coalescing, device_mesh_of
 from ._remote import Remote, call_on_shard_and_fetch, remote
@@ -18,10 +19,11 @@ from ._transfer import slice_mesh, to_mesh
 _actors.install()  # remote tensors in endpoint calls, endpoint.rref()
 
 __all__ = [
-    "DeviceMesh", "Remote", "RemoteException", "Stream", "Tensor", "activate",
-    "call_on_shard_and_fetch", "coalescing", "fetch_shard", "get_active_mesh",
-    "get_active_stream", "inspect", "no_mesh", "process_group", "rank_tensor",
-    "rank_tensors", "reduce", "reduce_", "remote", "slice_mesh", "to_mesh",
+    "DeviceMesh", "OpaqueRef", "Remote", "RemoteException", "RemoteProcessGroup",
+    "Simulator", "Stream", "Tensor", "activate", "call_on_shard_and_fetch", "coalescing",
+    "fetch_shard", "function_resolvers", "get_active_mesh", "get_active_stream", "inspect",
+    "no_mesh", "process_group", "rank_tensor", "rank_tensors", "reduce", "reduce_",
+    "remote", "set_meta", "show", "slice_mesh", "to_mesh", "world_mesh",
 ]
 
 
