@@ -237,7 +237,25 @@ def test_a_proc_killed_mid_collective_fails_the_fetches(monkeypatch) -> None:
         note = info.value.worker_error_string
         assert "rank 1 of this mesh (gpus=1" in note and "SIGKILL" in note, note
         assert fetch(r, gpus=0).item() == 0  # the survivor still answers
-        with pytest.raises(SupervisionError):
-            r.slice_mesh(gpus=1)  # its values come from the dead proc: fails, no hang
+        _moves_to_and_from_a_mesh_with_a_dead_rank_fail_without_hanging(procs, r)
     finally:
         procs.stop().get(timeout=T)
+
+
+def _moves_to_and_from_a_mesh_with_a_dead_rank_fail_without_hanging(procs, r) -> None:
+    """``to_mesh`` from and to ``procs``, whose rank gpus=1 is dead: the move is refused at
+    the call, or the fetch of what the dead rank sent (or was sent) fails; none hangs."""
+    other = this_host().spawn_procs(per_host={"gpus": 2}, name="nohang-other")
+    try:
+        with other.activate():
+            mine = other.rank_tensor("gpus") + 10
+        for source, destination in ((r, other), (mine, procs)):
+            try:
+                moved = source.to_mesh(destination)
+            except SupervisionError:
+                continue
+            with pytest.raises((SupervisionError, RemoteException)):
+                fetch(moved, gpus=1)
+        assert fetch(mine, gpus=1).item() == 11  # the other mesh is unharmed
+    finally:
+        other.stop().get(timeout=T)

@@ -116,7 +116,7 @@ class Remote:
 
 def _has_group(tree: Any) -> bool:
     """Whether ``tree`` holds a process group (``procs.process_group(...)``)."""
-    return any(type(x) is GroupRef for x in tree_leaves(tree))
+    return any(isinstance(x, GroupRef) for x in tree_leaves(tree))
 
 
 def to_ref(t: Any) -> Any:
