@@ -99,6 +99,9 @@ REGENCY_KEYS: dict[str, Key] = {k.name: k for k in (
     _key("handshake_timeout", "duration", 10.0, "how long a peer may take to authenticate"),
     _key("handshake_max_pending", "int", 512, "handshakes in progress per listener, at most"),
     _key("handshake_max_per_source", "int", 64, "handshakes in progress per source, at most"),
+    _key("collective_timeout", "duration", 600.0,
+         "how long a rank of a tensor-engine collective (reduce, process_group) waits for "
+         "the others before the op fails; set when a mesh's first collective starts"),
     _key("codec_max_frame_length", "int", 1 << 40,
          "largest message (header and buffers together) a connection accepts, in bytes "
          "(Monarch's default is 10 GiB; regency's is 1 TiB, in effect no ceiling)"),

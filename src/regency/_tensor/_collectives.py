@@ -1,7 +1,8 @@
 """``reduce``/``reduce_`` over named mesh dims, and ``process_group``: the controller side.
 
 A reduction is an op of the stream like any other: its worker function
-(``_comm_ops.reduce``) runs the collective on the worker's group for the reduced dims.
+(``_agreement.reduce`` around ``_comm_ops.reduce``) runs the collective on the worker's group for
+the reduced dims, joined by every rank even where the input failed.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from ._tensor import Tensor
 __all__ = ["RemoteProcessGroup", "process_group", "reduce", "reduce_", "reduce_tensor"]
 
 REDUCTIONS = ("stack", "sum", "avg", "product", "min", "max", "band", "bor", "bxor")
-_SPEC = "py:regency._tensor._comm_ops:reduce"
+_SPEC = "py:regency._tensor._agreement:reduce"  # _comm_ops.reduce, joined by every rank
 
 
 def _dims(mesh: Any, dims: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
@@ -65,7 +66,8 @@ def reduce_tensor(t: Tensor, dims: str | tuple[str, ...], reduction: str, scatte
         else:
             result = torch.empty_like(fake[0] if scatter else fake,
                                       memory_format=torch.contiguous_format)
-    args = (t, GroupRef(names), reduction, scatter, inplace)
+    like = (shape, fake.dtype, fake.device.type)  # a rank whose t failed sends one alike
+    args = (t, GroupRef(names), reduction, scatter, inplace, like)
     if inplace:
         issue_python(dm, _SPEC, _SPEC, args, {}, None, mutates=[t])
         out = t

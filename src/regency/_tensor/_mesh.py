@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
+from .. import config
 from .._api._future import Future
 from .._api._process import runtime
 from .._api._state import api_state
@@ -197,8 +198,9 @@ class DeviceMesh:
         self.flush()
         zero = self.workers.slice(**dict.fromkeys(self.labels, 0)) if self.labels \
             else self.workers
-        addr, port = zero.comms_rendezvous.call_one().get()
-        self.workers.init_comms.broadcast(addr, port)
+        timeout = float(config.get("collective_timeout"))
+        addr, port = zero.comms_rendezvous.call_one(timeout).get()
+        self.workers.init_comms.broadcast(addr, port, timeout)
         self._comms = True
 
     # -- fetching --------------------------------------------------------------------------
@@ -249,10 +251,11 @@ class DeviceMesh:
         call._completion.add_done_callback(lambda c: self._decode(c, done))
         return Future._from(done)
 
-    def call_values(self, fid: int, args: Any, kwargs: Any) -> Future[Any]:
-        """A Future of the ValueMesh of a function's value on every rank."""
+    def call_values(self, fid: int, args: Any, kwargs: Any, probe: bool = False) -> Future[Any]:
+        """A Future of the ValueMesh of a function's value on every rank (with ``probe``,
+        of its outputs' metadata, as ``call_value``'s)."""
         self.flush()
-        call = self.workers.call_value.call(fid, args, kwargs, False)
+        call = self.workers.call_value.call(fid, args, kwargs, probe)
         done = Completion("remote function values")
         call._completion.add_done_callback(lambda c: self._decode_mesh(c, done))
         return Future._from(done)
@@ -293,11 +296,34 @@ class DeviceMesh:
             dst.set_exception(e)
 
     def remote_exception(self, err: WorkerError) -> RemoteException:
-        """The controller's view of a worker's error (marked as seen: not reported at exit)."""
+        """The controller's view of a worker's error (marked as seen: not reported at exit),
+        naming the ranks of this mesh known to have died (a collective with a dead rank fails
+        on the others)."""
         origin = _by_id.get(err.mesh, self) if err.mesh else self
         origin.seen.add(err.seq)
-        return RemoteException(err.seq, err.rank, err.fn, err.message,
+        return RemoteException(err.seq, err.rank, err.fn, err.message + self._deaths(),
                                format_frames(origin._frames.get(err.seq)))
+
+    def _deaths(self) -> str:
+        dead = runtime().dead_addrs
+        if not dead:
+            return ""
+        addrs = self.procs._proc_addrs
+        lines = [f"rank {r} of this mesh ({self._coords_text(r)}, proc {addrs[g]}) has "
+                 f"died ({dead[addrs[g]].removeprefix('the proc ')})"
+                 for r, g in enumerate(self.procs._shape.ranks()) if addrs[g] in dead]
+        if not lines:
+            return ""
+        return ("\nNote: " + "\nNote: ".join(lines) + "\n(an op that exchanges data with a "
+                "dead rank, such as a collective, fails on the others; see its supervision "
+                "error for why it died)\n")
+
+    def _coords_text(self, rank: int) -> str:
+        out = []
+        for d in reversed(self.labels):
+            rank, c = divmod(rank, self.sizes[d])
+            out.append(f"{d}={c}")
+        return ", ".join(reversed(out))
 
     def table_sizes(self) -> list[int]:
         """How many values each worker holds (after the ops sent so far)."""

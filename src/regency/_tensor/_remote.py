@@ -13,7 +13,7 @@ from .._api._future import Future
 from . import _active
 from ._dispatch import _fakes, fake_only, issue_python
 from ._extras import function_resolvers
-from ._messages import Ref
+from ._messages import GroupRef, Ref
 from ._tensor import Tensor
 from ._worker import TensorMeta
 
@@ -69,8 +69,16 @@ class Remote:
                     for t in tree_leaves((args, kwargs)))
         if key in self._cache:
             return self._cache[key]
-        first = dict.fromkeys(mesh.labels, 0)
-        metas = self._call(mesh, args, kwargs, True, first).result()
+        if _has_group((args, kwargs)):
+            # it joins collectives: run it on every rank (one rank alone would wait for the
+            # others forever), and take the first rank's outputs
+            fid = mesh.function_id(self._fn, self._spec)
+            values = mesh.call_values(fid, tree_map(to_ref, args), tree_map(to_ref, kwargs),
+                                      True).result()
+            metas = next(iter(values.values()))
+        else:
+            first = dict.fromkeys(mesh.labels, 0)
+            metas = self._call(mesh, args, kwargs, True, first).result()
         with fake_only():
             out = tree_map(lambda m: torch.empty_strided(m[0], m[1], dtype=m[2],
                                                          device=m[3] if len(m) > 3 else "cpu")
@@ -113,6 +121,11 @@ class Remote:
         return self._call(mesh, args, kwargs, False, dict.fromkeys(mesh.labels, 0))
 
 
+def _has_group(tree: Any) -> bool:
+    """Whether ``tree`` holds a process group (``procs.process_group(...)``)."""
+    return any(isinstance(x, GroupRef) for x in tree_leaves(tree))
+
+
 def to_ref(t: Any) -> Any:
     """A remote tensor as the Ref a message carries; anything else as it is."""
     return Ref(t._ref) if isinstance(t, Tensor) else t
@@ -136,6 +149,12 @@ def call_on_shard_and_fetch(fn: Remote, *args: Any, shard: dict[str, int] | None
     """Run ``fn`` on one rank of the active mesh (the first when ``shard`` is None) and
     fetch its value."""
     mesh = _active.get_active_mesh()
+    if _has_group((args, kwargs)) and any(s > 1 for s in mesh.sizes.values()):
+        raise TypeError(f"call_on_shard_and_fetch({fn.__name__}): an argument is a process "
+                        "group, whose collectives need every rank of the group, but this runs "
+                        "the function on one rank only (the others would never join); use "
+                        f"{fn.__name__}.call(...), which runs it on every rank and gives each "
+                        "rank's value")
     coords = dict.fromkeys(mesh.labels, 0)
     if shard:
         coords.update(shard)

@@ -4,6 +4,11 @@ It keeps a table ref -> local value. Ops run in the order they were issued; an o
 stores a :class:`WorkerError` under its results and the inputs it mutates, and an op that
 reads such an error stores it too without running, so the error reaches every dependent
 value and nothing else. ``run`` never raises: the actor stays healthy whatever the ops do.
+
+An op with a process group among its arguments (``reduce``, a ``remote`` function given
+``process_group(...)``) is a collective: its group's ranks must all run it or none. Before
+running it the ranks agree over the group whether any of them holds an error in its inputs;
+if one does, none runs it and every rank stores that rank's error (``_agreement``).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import socket
 import time
 import traceback
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import cloudpickle
@@ -27,7 +33,8 @@ from .._api._actor import Actor, endpoint
 from .._api._context import current_rank
 from .._api._process import runtime
 from ..spmd import _interface_of, _listening_ip
-from . import _broker, _comm_ops, _extras, _p2p
+from . import _agreement, _broker, _comm_ops, _extras, _p2p
+from ._agreement import InputFailed
 from ._devices import Lifted, choose_backend, device_index, uses_nccl
 from ._extras import OpaqueRef
 from ._messages import (
@@ -52,11 +59,9 @@ __all__ = ["TensorWorker", "resolve_function"]
 MAX_FAILURES = 100  # failed ops a worker remembers for the report at exit
 
 
-class _Poisoned(Exception):
-    """An argument holds the error of an earlier op."""
-
-    def __init__(self, error: WorkerError) -> None:
-        self.error = error
+#: raised when an argument holds the error of an earlier op (here, or on another rank of
+#: the op's process group)
+_Poisoned = InputFailed
 
 
 def resolve_function(spec: str | bytes) -> Callable[..., Any]:
@@ -87,6 +92,8 @@ class _Missing:
 
 
 _DEVICE = torch.device
+#: seconds a rank waits in a collective for the others (config ``collective_timeout``)
+DEFAULT_TIMEOUT = 600.0
 
 
 class TensorWorker(Actor):
@@ -118,6 +125,8 @@ class TensorWorker(Actor):
         self.inbox: _p2p.Inbox | None = None  # where to_mesh values arrive (made on demand)
         self.failures: list[WorkerError] = []  # ops that raised here (not those poisoned)
         _extras.on_worker[0] = True  # OpaqueRef values are readable in this proc
+        self.timeout = timedelta(seconds=DEFAULT_TIMEOUT)  # of every collective (init_comms)
+        self._used_groups: list[Any] | None = None  # the groups the op being resolved names
 
     def _locate(self) -> None:
         """Where this worker is in its mesh (known in endpoints, not yet in ``__init__``)."""
@@ -197,7 +206,7 @@ class TensorWorker(Actor):
         if self.rank < 0:
             self._locate()
         try:
-            out = self.fns[fid](*self._resolve(args), **self._resolve(kwargs))
+            out = self._invoke(fid, args, kwargs)
         except _Poisoned as p:
             return ("error", p.error)
         except BaseException:
@@ -223,27 +232,31 @@ class TensorWorker(Actor):
         return ("ok", buf.getvalue())
 
     @endpoint
-    def comms_rendezvous(self) -> tuple[str, int]:
+    def comms_rendezvous(self, timeout: float = DEFAULT_TIMEOUT) -> tuple[str, int]:
         """(Rank 0 only.) Start the gloo world's store on this proc: the address its peers
         reach this proc at (its tcp listening IP; 127.0.0.1 for a local proc) and the port
-        the store took (the kernel's choice: no other process can have it)."""
+        the store took (the kernel's choice: no other process can have it). ``timeout``:
+        how long the store waits for a peer."""
         if self.rank < 0:
             self._locate()
         host = _listening_ip() or "127.0.0.1"
         if self.store is None:
             self.store = dist.TCPStore(host, 0, self.world, is_master=True,
-                                       wait_for_workers=False)
+                                       wait_for_workers=False,
+                                       timeout=timedelta(seconds=timeout))
         return host, int(self.store.port)
 
     @endpoint
-    def init_comms(self, addr: str, port: int) -> None:
+    def init_comms(self, addr: str, port: int, timeout: float = DEFAULT_TIMEOUT) -> None:
         """Join the gloo world of this mesh (every worker at once: the controller casts it
         one-way, after rank 0 started the store at ``addr:port``); a failure is kept and
-        raised by the first collective."""
+        raised by the first collective. ``timeout``: how long a rank waits in a collective
+        (or the rendezvous) for the others."""
         if self.rank < 0:
             self._locate()
         if self.joined:
             return
+        self.timeout = timedelta(seconds=timeout)
         if dist.is_initialized():  # another mesh's worker on this proc started its world
             self.comms_error = (
                 "this proc already belongs to the gloo world of another device mesh (one "
@@ -255,9 +268,10 @@ class TensorWorker(Actor):
             ifname = _interface_of(_listening_ip())
             if ifname is not None and "GLOO_SOCKET_IFNAME" not in os.environ:
                 os.environ["GLOO_SOCKET_IFNAME"] = ifname  # else gloo takes the hostname's
-            store = self.store or dist.TCPStore(addr, port, self.world, is_master=False)
+            store = self.store or dist.TCPStore(addr, port, self.world, is_master=False,
+                                                timeout=self.timeout)
             dist.init_process_group("gloo", store=store, rank=self.rank,
-                                    world_size=self.world)
+                                    world_size=self.world, timeout=self.timeout)
             self.joined = True
         except Exception:
             self.comms_error = traceback.format_exc()
@@ -296,10 +310,50 @@ class TensorWorker(Actor):
         self.fns[fid] = fn
         self.names[fid] = str(spec) if isinstance(spec, str) else name
 
+    def _invoke(self, fid: int, args: Any, kwargs: Any) -> Any:
+        """Call function ``fid`` on the resolved arguments; a collective (an op naming a
+        process group) first agrees with its group on whether every rank can run it.
+
+        Raises:
+            _Poisoned: an argument here, or on another rank of the op's group, holds an error.
+        """
+        fn = self.fns[fid]
+        self._used_groups = None
+        try:
+            a = self._resolve(args)
+            k = self._resolve(kwargs)
+        except _Poisoned as p:
+            if fn is _agreement.reduce:  # joins with a placeholder, then raises
+                return fn(*self._keep_errors(args), **self._keep_errors(kwargs))
+            refs = [x for x in tree_leaves((args, kwargs)) if isinstance(x, GroupRef)]
+            if refs:  # the other ranks are about to wait for this one: tell them why not
+                try:
+                    groups = [self.group(r.dims) for r in refs]
+                except Exception:
+                    raise p from None  # no collectives here at all: nobody waits for us
+                _agreement.agree(_one_group(groups), p.error)
+            raise
+        if self._used_groups is not None and fn is not _agreement.reduce:
+            error = _agreement.agree(_one_group(self._used_groups), None)
+            if error is not None:
+                raise _Poisoned(error)
+        return fn(*a, **k)
+
+    def _keep_errors(self, x: Any) -> Any:
+        """``_resolve``, but a ``Ref`` to an error gives the ``WorkerError`` itself."""
+        t = type(x)
+        if t is Ref:
+            return self.table[x.id]
+        if t is tuple or t is list:
+            return t(self._keep_errors(i) for i in x)
+        if t is dict:
+            return {k: self._keep_errors(v) for k, v in x.items()}
+        return self._resolve(x)
+
     def _op(self, msg: tuple[Any, ...]) -> None:
         _, seq, fid, args, kwargs, results, mutates = msg
         try:
-            out = self.fns[fid](*self._resolve(args), **self._resolve(kwargs))
+            out = self._invoke(fid, args, kwargs)
         except _Poisoned as p:
             err = p.error
         except BaseException:
@@ -396,7 +450,12 @@ class TensorWorker(Actor):
         if t is dict:
             return {k: self._resolve(v) for k, v in x.items()}
         if t is GroupRef:
-            return self.group(x.dims)
+            g = self.group(x.dims)
+            if self._used_groups is None:
+                self._used_groups = [g]
+            else:
+                self._used_groups.append(g)
+            return g
         if t is OpaqueRef:
             return OpaqueRef._create(self._resolve(x._key))
         if t is RankRef:
@@ -432,7 +491,7 @@ class TensorWorker(Actor):
             ranks = [self._rank_of({**fixed, **dict(zip(dims, c))})
                      for c in _product([self.sizes[d] for d in dims])]
             backend = choose_backend([devices[r] for r in ranks], nccl)
-            g = dist.new_group(ranks, backend=backend)
+            g = dist.new_group(ranks, backend=backend, timeout=self.timeout)
             if self.rank in ranks:
                 mine = g
                 if uses_nccl(backend):
@@ -489,6 +548,12 @@ class _Gone:
         if behavior.stop_requested is not None:
             return f"{self.name} could not run: its actor stopped ({behavior.stop_requested})"
         return None
+
+
+def _one_group(groups: list[Any]) -> Any:
+    """The group an op's ranks agree over: its group, or the world (``None``) when it names
+    several."""
+    return groups[0] if all(g is groups[0] for g in groups) else None
 
 
 def rank_value(rank: int) -> torch.Tensor:
