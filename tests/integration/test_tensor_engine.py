@@ -22,6 +22,7 @@ from regency import (  # noqa: E402
     remote,
 )
 from regency.actor import SupervisionError, this_host  # noqa: E402
+from regency.config import configured  # noqa: E402
 
 T = 60
 
@@ -215,6 +216,25 @@ def test_process_group_in_remote_function(procs) -> None:
         r = procs.rank_tensor(("hosts", "gpus")).float()
         out = remote(_all_sum, propagate=lambda t, g: t)(r, group)
     assert fetch(out, hosts=0, gpus=1).item() == 4.0  # 1 + 3
+
+
+def test_process_group_made_before_any_op_knows_every_rank() -> None:
+    # rank 0's first message is then comms_rendezvous, sent to a slice of one worker: the
+    # worker must still take its rank, coordinates and world from its own mesh
+    fresh = this_host().spawn_procs(per_host={"gpus": 2}, name="te-group-first")
+    try:
+        with configured(collective_timeout=30.0):
+            group = fresh.process_group("gpus")
+        with fresh.activate():
+            r = fresh.rank_tensor("gpus").float()
+            out = remote(_all_sum, propagate=lambda t, g: t)(r, group)
+            total = reduce(r, "gpus")
+        for g in range(2):
+            assert fetch(out, gpus=g).item() == 1.0  # 0 + 1
+            assert fetch(total, gpus=g).item() == 1.0
+            assert fetch(r, gpus=g).item() == g
+    finally:
+        fresh.stop().get(timeout=T)
 
 
 def test_dropped_tensors_free_worker_memory(procs) -> None:

@@ -30,7 +30,7 @@ import torch.distributed as dist
 from torch.utils._pytree import tree_leaves, tree_map
 
 from .._api._actor import Actor, endpoint
-from .._api._context import current_rank
+from .._api._context import context
 from .._api._process import runtime
 from ..spmd import _interface_of, _listening_ip
 from . import _agreement, _broker, _comm_ops, _extras, _p2p
@@ -129,12 +129,16 @@ class TensorWorker(Actor):
         self._used_groups: list[Any] | None = None  # the groups the op being resolved names
 
     def _locate(self) -> None:
-        """Where this worker is in its mesh (known in endpoints, not yet in ``__init__``)."""
-        point = current_rank()
+        """Where this worker is in its mesh: the actor's own rank in the mesh it was spawned
+        on, never the rank of the message being handled (a message sent to a slice, such
+        as rank 0's ``comms_rendezvous`` or a ``fetch_shard``, has a rank in that slice,
+        which may be the first message a worker gets)."""
+        point = context().actor_instance.rank
         self.rank = point.rank
         self.coords = dict(point)
         self.labels = tuple(point.extent.labels)
         self.sizes = dict(zip(self.labels, point.extent.sizes))
+        self.world = 1
         for s in self.sizes.values():
             self.world *= s
         slot = self.gpu_slots[self.rank] if self.rank < len(self.gpu_slots) else self.rank
