@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -168,9 +169,14 @@ def test_telemetry_records_profiles_queries_and_serves_the_api(workdir: Path) ->
             "SELECT endpoint, count(*) AS n FROM calls WHERE endpoint = 'echo' "
             "GROUP BY endpoint")["rows"]
         assert rows == [{"endpoint": "echo", "n": 10}]
-        sampled = job.telemetry_query_client().query(
-            "SELECT count(*) AS n FROM procs WHERE sampled_us IS NOT NULL")["rows"][0]["n"]
-        assert sampled >= 1
+        # procs sample every 0.2 s and their rows reach the store in batches: wait (bounded)
+        # for the first sampled proc while the controller still runs
+        deadline = time.monotonic() + 60
+        while job.telemetry_query_client().query(
+                "SELECT count(*) AS n FROM procs WHERE sampled_us IS NOT NULL"
+        )["rows"][0]["n"] < 1:
+            assert time.monotonic() < deadline, "no proc was ever sampled into the store"
+            time.sleep(0.1)
         proc.stdin.write("\n")
         proc.stdin.flush()
         assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
