@@ -465,3 +465,38 @@ def test_network(hosts: int, subnet: str = SUBNET) -> Iterator[TestNet]:
 
 
 test_network.__test__ = False  # type: ignore[attr-defined]
+
+
+def module_net(hosts: int) -> Iterator[TestNet]:
+    """The body of a module-scoped fixture: a test network of ``hosts`` nodes, or a skip
+    that says why namespaces are unavailable (``yield from module_net(2)``)."""
+    import pytest
+
+    why = netns_problem()
+    if why is not None:
+        pytest.skip(f"network namespaces unavailable: {why}")
+    try:
+        with test_network(hosts) as n:
+            yield n
+    except NetnsUnavailable as exc:  # pragma: no cover - probed above
+        pytest.skip(str(exc))
+
+
+def start_workers(net: TestNet, hosts: int, port: int, logs: Path, env: dict[str, str],
+                  wait_s: float = 60.0) -> list[str]:
+    """Start ``regency worker`` on the first ``hosts`` nodes at ``port``, logging to
+    ``logs/worker<i>.log``; their addresses once each says it is listening (bounded)."""
+    addrs = []
+    for i in range(hosts):
+        addr = f"tcp://{net.node(i).ip}:{port}"
+        log = open(logs / f"worker{i}.log", "w")  # noqa: SIM115 - closed with the net
+        net.popen(i, [sys.executable, "-m", "regency", "worker", "--listen", addr],
+                  stdout=log, stderr=subprocess.STDOUT, env=env)
+        addrs.append(addr)
+    for i in range(hosts):
+        path = logs / f"worker{i}.log"
+        deadline = time.monotonic() + wait_s
+        while "listening" not in path.read_text():
+            assert time.monotonic() < deadline, path.read_text()
+            time.sleep(0.05)
+    return addrs

@@ -12,15 +12,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _netns import NetnsUnavailable, TestNet, netns_problem, test_network
+from _netns import TestNet, module_net, start_workers
 
 from regency.remotemount import fuse_available
 
@@ -70,14 +68,7 @@ hosts.shutdown().get(timeout=30)
 
 @pytest.fixture(scope="module")
 def net() -> Iterator[TestNet]:
-    why = netns_problem()
-    if why is not None:
-        pytest.skip(f"network namespaces unavailable: {why}")
-    try:
-        with test_network(HOSTS) as n:
-            yield n
-    except NetnsUnavailable as exc:  # pragma: no cover - probed above
-        pytest.skip(str(exc))
+    yield from module_net(HOSTS)
 
 
 def _env() -> dict[str, str]:
@@ -88,18 +79,7 @@ def _env() -> dict[str, str]:
 
 def test_hosts_in_namespaces_read_one_file_for_one_copy_sent(net: TestNet,
                                                              tmp_path: Path) -> None:
-    addrs = []
-    for i in range(HOSTS):
-        addr = f"tcp://{net.node(i).ip}:26652"
-        log = open(tmp_path / f"worker{i}.log", "w")  # noqa: SIM115 - closed with the net
-        net.popen(i, [sys.executable, "-m", "regency", "worker", "--listen", addr],
-                  stdout=log, stderr=subprocess.STDOUT, env=_env())
-        addrs.append(addr)
-    for i in range(HOSTS):
-        deadline = time.monotonic() + 60
-        while "listening" not in (tmp_path / f"worker{i}.log").read_text():
-            assert time.monotonic() < deadline, (tmp_path / f"worker{i}.log").read_text()
-            time.sleep(0.05)
+    addrs = start_workers(net, HOSTS, 26652, tmp_path, _env())
     src = tmp_path / "src"
     src.mkdir()
     big = os.urandom(9 << 20)  # three 4 MiB blocks

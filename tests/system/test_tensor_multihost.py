@@ -7,15 +7,13 @@ reach it by. ``to_mesh`` moves values between the hosts' procs worker to worker.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _netns import NetnsUnavailable, TestNet, netns_problem, test_network
+from _netns import TestNet, module_net, start_workers
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.timeout(240)
@@ -48,14 +46,7 @@ hosts.shutdown().get(timeout=30)
 
 @pytest.fixture(scope="module")
 def net() -> Iterator[TestNet]:
-    why = netns_problem()
-    if why is not None:
-        pytest.skip(f"network namespaces unavailable: {why}")
-    try:
-        with test_network(2) as n:
-            yield n
-    except NetnsUnavailable as exc:  # pragma: no cover - probed above
-        pytest.skip(str(exc))
+    yield from module_net(2)
 
 
 def _env() -> dict[str, str]:
@@ -65,18 +56,7 @@ def _env() -> dict[str, str]:
 
 
 def test_reduce_over_a_mesh_of_two_namespace_hosts(net: TestNet, tmp_path: Path) -> None:
-    addrs = []
-    for i in range(2):
-        addr = f"tcp://{net.node(i).ip}:26711"
-        log = open(tmp_path / f"worker{i}.log", "w")  # noqa: SIM115 - closed with the net
-        net.popen(i, [sys.executable, "-m", "regency", "worker", "--listen", addr],
-                  stdout=log, stderr=subprocess.STDOUT, env=_env())
-        addrs.append(addr)
-    for i in range(2):
-        deadline = time.monotonic() + 30
-        while "listening" not in (tmp_path / f"worker{i}.log").read_text():
-            assert time.monotonic() < deadline, (tmp_path / f"worker{i}.log").read_text()
-            time.sleep(0.05)
+    addrs = start_workers(net, 2, 26711, tmp_path, _env())
     (tmp_path / "controller.py").write_text(textwrap.dedent(CONTROLLER))
     res = net.run("ctl", [sys.executable, str(tmp_path / "controller.py"), *addrs],
                   timeout=220, env=_env())
