@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -17,6 +18,9 @@ from typing import Any
 
 import pytest
 from test_observe_recording import Job
+
+# each wait below is bounded (``until``, 90 s) below this, so a slow machine shows the screen
+pytestmark = pytest.mark.timeout(240)
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -58,6 +62,18 @@ def until(what: str, check: Callable[[], Any], timeout: float = 90.0,
         time.sleep(0.1)
 
 
+def whole_tree(info: dict[str, Any]) -> Any:
+    """The job's tree once every proc and actor is in it, sampled and logging (bounded)."""
+    def full_tree() -> Any:
+        tree = get(info, "tree")[1]
+        procs = [p for h in tree["hosts"] for p in h["procs"]]
+        return tree if len(procs) == 3 and all(
+            len(p["actors"]) == 3 and p["rss"] and p["log_tail"]
+            for p in procs if p["mesh_name"] == "trainers") else None
+
+    return until("the whole tree", full_tree)
+
+
 def test_api_is_local_and_needs_the_token(live: tuple[Job, dict[str, Any]]) -> None:
     _job, info = live
     assert info["url"].startswith("http://127.0.0.1:")
@@ -72,15 +88,7 @@ def test_api_is_local_and_needs_the_token(live: tuple[Job, dict[str, Any]]) -> N
 
 def test_api_tree_events_calls_logs(live: tuple[Job, dict[str, Any]]) -> None:
     _job, info = live
-
-    def full_tree() -> Any:
-        tree = get(info, "tree")[1]
-        procs = [p for h in tree["hosts"] for p in h["procs"]]
-        return tree if len(procs) == 3 and all(
-            len(p["actors"]) == 3 and p["rss"] and p["log_tail"]
-            for p in procs if p["mesh_name"] == "trainers") else None
-
-    tree = until("the whole tree", full_tree)
+    tree = whole_tree(info)
     [host] = tree["hosts"]
     trainers = [p for p in host["procs"] if p["mesh_name"] == "trainers"]
     assert all(p["state"] == "running" and p["pid"] for p in trainers)
@@ -194,7 +202,11 @@ def separate_dashboard(live: tuple[Job, dict[str, Any]]) -> Iterator[dict[str, A
         line = proc.stderr.readline()  # its announcement (bounded by the test's timeout)
         assert line.startswith("regency dashboard: http://127.0.0.1:"), line
         url, _, token = line.split()[2].partition("/#token=")
-        yield {"url": url, "token": token}
+        # keep reading what it says, so a full pipe can never block the server
+        later: list[str] = []
+        threading.Thread(target=lambda: later.extend(proc.stderr or ()), daemon=True).start()
+        whole_tree({"url": url, "token": token})  # the tests may run first (-k, a rerun)
+        yield {"url": url, "token": token, "stderr": later}
     finally:
         proc.terminate()
         proc.wait(timeout=20)
@@ -253,7 +265,10 @@ def test_top_over_a_separate_dashboard_shows_stacks(separate_dashboard: dict[str
         def screen() -> str:
             return _tmux("capture-pane", "-p", "-t", session)
 
-        until("the tree on screen", lambda: "trainers rank 0" in screen(), shown=screen)
+        def shown() -> str:
+            return screen() + "\nthe dashboard's stderr:\n" + "".join(other["stderr"])
+
+        until("the tree on screen", lambda: "trainers rank 0" in screen(), shown=shown)
         _tmux("send-keys", "-t", session, "Down", "Down")  # the controller, then trainers 0
         until("trainers 0 selected", lambda: "proc trainers rank 0" in screen(), shown=screen)
         _tmux("send-keys", "-t", session, "s")
