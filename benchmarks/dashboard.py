@@ -264,7 +264,7 @@ def measure_top(info: dict[str, Any], starts: int, seconds: float) -> list[str]:
     tmux = Tmux()
     first, keys, updates = [], [], []
     cmd = (f"env -u COLUMNS -u LINES {sys.executable} -m regency top --url {info['url']} "
-           f"--token {info['token']} --interval 1")
+           f"--token={info['token']} --interval 1")
     try:
         for i in range(starts):
             session = f"top{i}"

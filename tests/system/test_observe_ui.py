@@ -258,7 +258,7 @@ def test_top_over_a_separate_dashboard_shows_stacks(separate_dashboard: dict[str
     other = separate_dashboard
     session = f"regency-top-{uuid.uuid4().hex[:8]}"
     cmd = (f"env -u COLUMNS -u LINES {sys.executable} -m regency top --url {other['url']} "
-           f"--token {other['token']} --interval 0.5")
+           f"--token={other['token']} --interval 0.5")
     _tmux("new-session", "-d", "-s", session, "-x", "160", "-y", "40", cmd)
     _tmux("set-option", "-w", "-t", session, "remain-on-exit", "on")
     try:

@@ -540,7 +540,7 @@ class JobTrait:
         if text is not None:
             install_secret(text)
             return text, "environment"
-        text = secrets.token_urlsafe(32)
+        text = secrets.token_hex(32)  # hex: never starts with "-" when passed on a command line
         _cache.save_secret(self.cache_dir, self.name, text)
         install_secret(text)
         return text, "generated"

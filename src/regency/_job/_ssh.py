@@ -113,8 +113,11 @@ class SSHJob(Job):
                                             stdin=subprocess.PIPE, stdout=out,
                                             stderr=subprocess.STDOUT, start_new_session=True)
                 assert proc.stdin is not None
-                proc.stdin.write(secret.encode() + b"\n")
-                proc.stdin.close()
+                try:
+                    proc.stdin.write(secret.encode() + b"\n")
+                    proc.stdin.close()
+                except BrokenPipeError:  # ssh already ended: its exit status says why, below
+                    pass
                 started.append((proc, log))
             deadline = time.monotonic() + self.start_timeout
             for i, (proc, log) in enumerate(started):

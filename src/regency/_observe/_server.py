@@ -84,7 +84,7 @@ class ApiServer:
                  stacks: Callable[[str], str] | None = None) -> None:
         self.db_path = db_path
         self.stacks = stacks  # this server's stack provider (else the process's)
-        self.token = token or secrets.token_urlsafe(24)
+        self.token = token or secrets.token_hex(24)  # hex: never starts with "-" (a CLI option)
         host, _, port = addr.rpartition(":")
         self._pool: queue.SimpleQueue[sqlite3.Connection] = queue.SimpleQueue()
         handler = _make_handler(self)
