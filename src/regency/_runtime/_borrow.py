@@ -197,7 +197,12 @@ class ReplyReader:
                 if not conn.read_here(self._take, waker, left, c.done, spin=here.spin_now(),
                                       guard=self.guard):
                     return c.wait_plain(left)
-                self._handle()
+                if self.taken:
+                    # the handlers run here: finishing ``c`` need not wake this very thread
+                    # (a stale wake would end its next wait at once, for nothing)
+                    c.waker = None
+                    self._handle()
+                    c.waker = waker
         finally:
             c.waker = None
             try:

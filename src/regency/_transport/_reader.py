@@ -140,7 +140,8 @@ class Reader:
                     if not lending.control(frame):
                         return (True, ProtocolError("malformed connection control frame"))
                     continue
-                if any(type(b) is Attachment for b in frame):
+                if self.decoder.attached_frames and any(type(b) is Attachment for b in frame):
+                    self.decoder.attached_frames -= 1
                     try:
                         frame = lending.resolve(frame)
                     except _shm.ShmError as exc:

@@ -192,6 +192,7 @@ class FrameDecoder:
         "_scratch",
         "_scratch_view",
         "_start",
+        "attached_frames",
     )
 
     def __init__(
@@ -212,6 +213,9 @@ class FrameDecoder:
         self._allocate = allocate  # for large buffers: lets the caller reuse memory
         self._attachments = attachments
         self._attached: tuple[int, ...] = ()  # attachment indexes of the current frame
+        #: Frames with attachments decoded and not yet handed out: while it is 0, no frame
+        #: that ``next_frame`` returns holds an :class:`Attachment` (no need to look).
+        self.attached_frames = 0
         self._scratch = bytearray(SCRATCH_BYTES)
         self._scratch_view = memoryview(self._scratch)
         self._start = 0  # first unparsed byte in the scratch
@@ -417,6 +421,7 @@ class FrameDecoder:
             for j in self._attached:
                 frame[j] = Attachment(frame[j])  # type: ignore[call-overload]
             self._attached = ()
+            self.attached_frames += 1
         self._frames.append(frame)
         self._in_frame = False
         return start
