@@ -253,9 +253,14 @@ def setup() -> str:
 
     dist = "torchmonarch" if FRAMEWORK == "monarch" else FRAMEWORK
     try:
-        return version(dist)
+        found = version(dist)
     except PackageNotFoundError:
-        return "unknown"
+        found = "unknown"
+    if FRAMEWORK == "regency":  # compiled or pure Python (ADR 0031)?
+        from regency import _accel
+
+        found += f", {len(_accel.compiled_modules())}/{len(_accel.HOT)} hot modules compiled"
+    return found
 
 
 def teardown() -> None:

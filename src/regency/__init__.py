@@ -5,9 +5,14 @@ them as if programming one machine. The API follows ``monarch.actor`` name for n
 :mod:`regency.actor`.
 """
 
+# ruff: noqa: E402  (the compiled hot path is chosen before anything else is imported)
 from __future__ import annotations
 
 import logging as _logging
+
+from . import _accel
+
+_accel.install()  # before any hot-path module is imported (see regency._accel)
 
 from ._api._mast import mast_reserve
 from ._mesh import NDSlice, Selection, Shape
