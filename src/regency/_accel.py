@@ -2,7 +2,7 @@
 
 regency is pure Python. The modules every message passes through (:data:`HOT`) can also be
 compiled with mypyc (``make accelerate``, or a wheel built with ``REGENCY_COMPILE=1``): the
-same source, turned into C, with a third less CPU per round trip (ADR 0031). The compiled
+same source, turned into C: about a third less controller CPU per round trip (ADR 0031). The compiled
 files sit beside their sources, and Python imports a compiled module in preference to its
 ``.py``.
 
