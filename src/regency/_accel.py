@@ -2,9 +2,9 @@
 
 regency is pure Python. The modules every message passes through (:data:`HOT`) can also be
 compiled with mypyc (``make accelerate``, or a wheel built with ``REGENCY_COMPILE=1``): the
-same source, turned into C: about a third less controller CPU per round trip (ADR 0031). The compiled
-files sit beside their sources, and Python imports a compiled module in preference to its
-``.py``.
+same source, turned into C, costs about a third less controller CPU per round trip (ADR
+0031). The compiled files sit beside their sources, and Python imports a compiled module in
+preference to its ``.py``.
 
 Two things could make that wrong, and :func:`install` (run first thing by
 ``regency/__init__``, before any of these modules is imported) guards against both:
