@@ -184,8 +184,10 @@ def test_shell_is_a_terminal_on_the_remote_host(project: Path) -> None:
         child.setwinsize(40, 120)  # SIGWINCH here: the remote terminal is resized
         child.sendline("stty size")
         child.expect(r"40 120")
-        child.sendline("sleep 300; echo not-interrupted")
-        child.expect_exact("sleep 300")
+        # the program says when it runs: by then it is the terminal's foreground group
+        # (a Ctrl-C right after the line's echo could reach the shell before the fork)
+        child.sendline("sh -c 'echo fg-$((6*7)); exec sleep 300'; echo not-interrupted")
+        child.expect_exact("fg-42")
         child.sendcontrol("c")  # SIGINT to the remote foreground program, not to us
         child.sendline("echo after-$?")
         child.expect(r"after-130")
