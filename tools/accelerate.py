@@ -16,27 +16,26 @@ import argparse
 import importlib.util
 import json
 import os
+import runpy
 import shutil
 import subprocess
 import sys
 import sysconfig
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src"
-sys.path.insert(0, str(SRC / "regency"))
-import _accel  # noqa: E402  (regency's own list, without importing regency)
+# regency's own list and helpers, read without importing regency (as setup.py does)
+_accel = SimpleNamespace(**runpy.run_path(str(SRC / "regency" / "_accel.py")))
 
 MANIFEST = SRC / "regency" / _accel.MANIFEST
 
 
 def compiled_files() -> list[Path]:
     """Every compiled file of the hot path, and the shared library they use."""
-    files: list[Path] = []
-    for module in _accel.HOT:
-        src = _accel.source_path(module, SRC)
-        files += [*src.parent.glob(src.stem + ".*.so"), *src.parent.glob(src.stem + ".*.pyd")]
+    files = [path for module in _accel.HOT for path in _accel.compiled_files(module, SRC)]
     return [*files, *SRC.glob("*__mypyc.*.so"), *SRC.glob("*__mypyc.*.pyd")]
 
 
@@ -68,14 +67,11 @@ def build() -> None:
         # mypyc builds under ./build and copies each result beside its source
         subprocess.run([sys.executable, "-m", "mypyc", "--config-file",
                         str(ROOT / "pyproject.toml"), *sources], cwd=SRC, check=True,
-                       env=_build_env(tmp), stdout=subprocess.DEVNULL)
+                       env=dict(os.environ, MYPY_CACHE_DIR=str(Path(tmp) / "mypy-cache")),
+                       stdout=subprocess.DEVNULL)
     shutil.rmtree(SRC / "build", ignore_errors=True)
     hashes = _accel.source_hashes(_accel.HOT, SRC)
     MANIFEST.write_text(json.dumps({"sources": hashes}, indent=1, sort_keys=True) + "\n")
-
-
-def _build_env(tmp: str) -> dict[str, str]:
-    return dict(os.environ, MYPY_CACHE_DIR=str(Path(tmp) / "mypy-cache"))
 
 
 def main(argv: list[str] | None = None) -> int:

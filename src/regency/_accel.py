@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["HOT", "MANIFEST", "compiled_modules", "install", "source_hashes"]
+__all__ = ["HOT", "MANIFEST", "compiled_files", "compiled_modules", "install", "source_hashes"]
 
 #: The modules compiled by ``make accelerate``: the path of a call and its reply (a module
 #: is listed only when the whole suite passes with it compiled; see ADR 0031).
@@ -70,14 +70,15 @@ def source_hashes(modules: Sequence[str] = HOT, root: Path = _ROOT) -> dict[str,
     return {m: hashlib.sha256(source_path(m, root).read_bytes()).hexdigest() for m in modules}
 
 
-def _has_compiled(module: str, root: Path = _ROOT) -> bool:
+def compiled_files(module: str, root: Path = _ROOT) -> list[Path]:
+    """The compiled files of ``module`` beside its source under ``root`` (none: pure)."""
     src = source_path(module, root)
-    return any(src.parent.glob(src.stem + ".*.so")) or any(src.parent.glob(src.stem + ".*.pyd"))
+    return [*src.parent.glob(src.stem + ".*.so"), *src.parent.glob(src.stem + ".*.pyd")]
 
 
 def stale_reason(root: Path = _ROOT) -> str | None:
     """Why the compiled modules must not be used, or None when they may (or there are none)."""
-    if not any(_has_compiled(m, root) for m in HOT):
+    if not any(compiled_files(m, root) for m in HOT):
         return None
     manifest = root / "regency" / MANIFEST
     try:

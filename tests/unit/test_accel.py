@@ -63,6 +63,18 @@ def test_an_unreadable_manifest_is_stale(tmp_path: Path) -> None:
     assert "unreadable" in (_accel.stale_reason(root) or "")
 
 
+def test_a_stale_build_imports_the_sources_and_warns(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(_accel.PURE_ENV, raising=False)  # CI also runs this file pure
+    monkeypatch.setattr(_accel, "stale_reason", lambda: "regency._wire._frames changed since "
+                        "the build")
+    monkeypatch.setattr(sys, "meta_path", [f for f in sys.meta_path
+                                           if not isinstance(f, _accel._SourceFirst)])
+    with pytest.warns(RuntimeWarning, match="_frames changed since the build.*make accelerate"):
+        _accel.install()
+    spec = sys.meta_path[0].find_spec("regency._wire._frames", [str(SRC / "regency" / "_wire")])
+    assert spec is not None and spec.origin == str(SRC / "regency" / "_wire" / "_frames.py")
+
+
 def _compiled_in_fresh_interpreter(**env: str) -> list[str]:
     code = ("import regency, regency._accel as a; from regency.actor import this_host; "
             "print(','.join(a.compiled_modules()))")
@@ -77,6 +89,6 @@ def test_pure_python_on_request() -> None:
 
 def test_a_fresh_build_runs_compiled() -> None:
     if _accel.stale_reason() is not None or not any(
-            _accel._has_compiled(m) for m in _accel.HOT):
+            _accel.compiled_files(m) for m in _accel.HOT):
         pytest.skip("the hot path is not compiled here (make accelerate)")
     assert _compiled_in_fresh_interpreter(REGENCY_PURE_PYTHON="") == list(_accel.HOT)
