@@ -47,6 +47,7 @@ HOT: tuple[str, ...] = (
     "regency._transport._reader",
     "regency._transport._writer",
     "regency._runtime._completion",
+    "regency._runtime._pickling",
     "regency._runtime._borrow",
     "regency._runtime._cell",
     "regency._api._endpoint",

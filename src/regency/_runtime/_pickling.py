@@ -23,6 +23,7 @@ to several members says how many takers its payload has (``dumps_call(..., taker
 from __future__ import annotations
 
 import copyreg
+import importlib
 import io
 import os
 import pickle
@@ -194,8 +195,7 @@ def _dumps_with_tensors(obj: Any, callback: Any, torch: Any, base: Any) -> bytes
 
 
 def _reduce_tensor(t: Any) -> Any:
-    import torch
-
+    torch = _torch()
     if not _TORCH_NUMPY:
         _TORCH_NUMPY.update({torch.float64, torch.float32, torch.float16, torch.int64,
                              torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool,
@@ -212,14 +212,19 @@ def _reduce_tensor(t: Any) -> Any:
 
 
 def _rebuild_tensor(array: Any, requires_grad: bool, parameter: bool) -> Any:
-    import torch
-
+    torch = _torch()
     if not array.flags.writeable:
         array = array.copy()  # small, in-band arrays arrive read-only
     t = torch.from_numpy(array)
     if parameter:
         return torch.nn.Parameter(t, requires_grad=requires_grad)
     return t.requires_grad_(requires_grad) if requires_grad else t
+
+
+def _torch() -> Any:
+    """torch, imported into a local (compiled, an ``import`` statement would bind a global
+    ``torch`` here, and pickle would then name torch's objects as this module's)."""
+    return importlib.import_module("torch")
 
 
 def loads(data: bytes | memoryview, buffers: Any = ()) -> Any:
