@@ -95,3 +95,35 @@ def test_torch_cpu_tensors_go_out_of_band_without_copy() -> None:
     back = loads(data, [b.raw() for b in buffers])
     assert torch.equal(back["w"], t)
     assert isinstance(back["p"], torch.nn.Parameter) and back["p"].requires_grad
+
+
+def test_tensors_beside_a_lambda_go_out_of_band_too() -> None:
+    """The by-value path (cloudpickle) sends tensors the same way, call after call."""
+    torch = pytest.importorskip("torch")
+    t = torch.arange(1 << 18, dtype=torch.float32)
+    for _ in range(2):  # the second call reuses the dispatch table made by the first
+        data, buffers = dumps((lambda x: x + 1, t))
+        assert len(buffers) == 1
+        fn, back = loads(data, [b.raw() for b in buffers])
+        assert fn(1) == 2 and torch.equal(back, t)
+
+
+class _Registered:
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+
+def _rebuild_registered(value: int) -> _Registered:
+    return _Registered(value * 10)
+
+
+def test_a_reducer_registered_after_the_first_call_is_used() -> None:
+    pytest.importorskip("torch")
+    import copyreg
+
+    dumps(_Registered(1))  # the dispatch table is made (and kept) here
+    copyreg.pickle(_Registered, lambda r: (_rebuild_registered, (r.value,)))
+    try:
+        assert roundtrip(_Registered(2)).value == 20  # type: ignore[attr-defined]
+    finally:
+        del copyreg.dispatch_table[_Registered]

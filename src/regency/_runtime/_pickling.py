@@ -29,13 +29,14 @@ import os
 import pickle
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import cloudpickle
 
 OOB_THRESHOLD = 64 * 1024
 _TORCH_NUMPY: set[Any] = set()  # torch dtypes numpy can view (filled on first use)
+_PICKLERS: dict[Any, tuple[int, Any]] = {}  # base pickler -> (copyreg's size, tensor pickler)
 _MAIN = b"__main__"
 
 Buffers = list[pickle.PickleBuffer]
@@ -185,13 +186,26 @@ def _dumps_with_tensors(obj: Any, callback: Any, torch: Any, base: Any) -> bytes
     already imported (regency never imports it itself).
     """
     f = io.BytesIO()
-    p = base(f, protocol=5, buffer_callback=callback)
-    table = dict(getattr(p, "dispatch_table", None) or copyreg.dispatch_table)
+    _tensor_pickler(base, torch)(f, protocol=5, buffer_callback=callback).dump(obj)
+    return f.getvalue()
+
+
+def _tensor_pickler(base: type, torch: Any) -> Any:
+    """``base`` with tensors reduced by :func:`_reduce_tensor`: a subclass whose class holds
+    the dispatch table, since a pickler reads it once, when made (set on a cloudpickle
+    pickler afterwards, it would be ignored). Made once per base, again whenever
+    ``copyreg``'s table changed size (flattening cloudpickle's table costs about 30 us)."""
+    size = len(copyreg.dispatch_table)
+    cached = _PICKLERS.get(base)
+    if cached is not None and cached[0] == size:
+        return cached[1]
+    source = getattr(base, "dispatch_table", None)  # the C pickler's is a descriptor
+    table = dict(source if isinstance(source, Mapping) else copyreg.dispatch_table)
     table[torch.Tensor] = _reduce_tensor
     table[torch.nn.Parameter] = _reduce_tensor
-    p.dispatch_table = table
-    p.dump(obj)
-    return f.getvalue()
+    pickler = type(f"Tensor{base.__name__}", (base,), {"dispatch_table": table})
+    _PICKLERS[base] = (size, pickler)
+    return pickler
 
 
 def _reduce_tensor(t: Any) -> Any:
