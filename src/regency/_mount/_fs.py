@@ -10,7 +10,6 @@ one sparse file per mounted file, in a private temporary directory removed on un
 from __future__ import annotations
 
 import errno
-import hashlib
 import importlib
 import os
 import shutil
@@ -24,10 +23,17 @@ from typing import Any
 from ._tree import BLOCK, Tree, blocks_of, children
 
 FETCH_TIMEOUT_S = 300.0
+_READ_TRIES = 8  # a read restarted by this many refreshes in a row fails (EIO)
 
 
 class BlockCache:
-    """Blocks of the mounted files held on this host; ``ask(path, block)`` fetches one."""
+    """Blocks of the mounted files held on this host; ``ask(path, block)`` fetches one.
+
+    A refresh (:meth:`update`) may change a file while a read of it is under way: the read
+    then starts again on the new content, so it returns the old bytes or the new ones,
+    never a mix. Each version of a file has its own cache file (unlinked once open): the
+    old one stays readable until its last reader is done.
+    """
 
     def __init__(self, tree: Tree, ask: Callable[[str, int], None]) -> None:
         self.tree = tree
@@ -38,22 +44,33 @@ class BlockCache:
         self.asked: set[tuple[str, int]] = set()
         self.cond = threading.Condition()
         self.fds: dict[str, int] = {}
+        self.versions: dict[str, int] = {}  # per path: how many refreshes changed it
+        self.reading: dict[int, int] = {}  # per cache file: reads using it now
+        self.retired: set[int] = set()  # cache files of old versions, closed when unread
         self.closed = False
 
     def _fd(self, path: str) -> int:
-        with self.cond:
-            fd = self.fds.get(path)
-            if fd is None:
-                name = hashlib.blake2b(path.encode(), digest_size=16).hexdigest()
-                fd = os.open(os.path.join(self.dir, name), os.O_RDWR | os.O_CREAT, 0o600)
-                self.fds[path] = fd
-            return fd
+        """The cache file of ``path``'s current version (cond held)."""
+        fd = self.fds.get(path)
+        if fd is None:
+            name = os.path.join(self.dir, "block-file")  # free again at once:
+            fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            os.unlink(name)  # the file lives as long as the descriptor
+            self.fds[path] = fd
+            self.reading[fd] = 0
+        return fd
 
     def deliver(self, path: str, block: int, data: bytes) -> None:
-        """Store a block that arrived and wake its readers."""
-        if self.closed:
-            return
-        os.pwrite(self._fd(path), data, block * BLOCK)
+        """Store a block that arrived and wake its readers.
+
+        Called on the mount actor's thread, as :meth:`update` and :meth:`close` are: never
+        at the same time as they.
+        """
+        with self.cond:
+            if self.closed:
+                return
+            fd = self._fd(path)
+        os.pwrite(fd, data, block * BLOCK)
         with self.cond:
             self.have.add((path, block))
             self.cond.notify_all()
@@ -76,14 +93,40 @@ class BlockCache:
 
     def read(self, path: str, size: int, offset: int) -> bytes:
         """``size`` bytes at ``offset`` of ``path``, fetching what is missing."""
-        entry = self.tree.get(path)
+        for _ in range(_READ_TRIES):
+            data = self._read_version(path, size, offset)
+            if data is not None:
+                return data
+        raise OSError(errno.EIO, f"{path} changed {_READ_TRIES} times while it was read")
+
+    def _read_version(self, path: str, size: int, offset: int) -> bytes | None:
+        """The bytes of one version of ``path``; None if a refresh changed it meanwhile."""
+        with self.cond:
+            entry = self.tree.get(path)
+            version = self.versions.get(path, 0)
         if entry is None:
             raise OSError(errno.ENOENT, f"{path} is gone (the mount was refreshed)")
         length = entry[1]
         for block in blocks_of(offset, size, length):
             if not self.ensure(path, block):
+                if self.versions.get(path, 0) != version:
+                    return None
                 raise OSError(errno.EIO, f"block {block} of {path} did not arrive")
-        return os.pread(self._fd(path), min(size, max(0, length - offset)), offset)
+        with self.cond:
+            if self.closed:
+                raise OSError(errno.EIO, f"{path}: the mount is closing")
+            if self.versions.get(path, 0) != version:
+                return None
+            fd = self._fd(path)
+            self.reading[fd] += 1
+        try:
+            data = os.pread(fd, min(size, max(0, length - offset)), offset)
+        finally:
+            with self.cond:
+                self.reading[fd] -= 1
+                if fd in self.retired and not self.reading[fd]:
+                    self._discard(fd)
+        return data
 
     def update(self, tree: Tree, changed: list[str]) -> None:
         """A new listing: ``changed`` paths (modified, added or removed) lose their blocks.
@@ -99,23 +142,34 @@ class BlockCache:
             self.have = {k for k in self.have if k[0] not in dropped}
             self.asked = {k for k in self.asked if k[0] not in dropped} | again
             for path in dropped:
+                self.versions[path] = self.versions.get(path, 0) + 1
                 fd = self.fds.pop(path, None)
                 if fd is not None:
-                    os.ftruncate(fd, 0)
-                    os.close(fd)
+                    self.retired.add(fd)
+                    if not self.reading[fd]:
+                        self._discard(fd)
             self.tree = tree
             self.kids = children(tree)
             self.cond.notify_all()  # readers of blocks that no longer exist fail now
         for path, block in sorted(again):
             self.ask(path, block)
 
+    def _discard(self, fd: int) -> None:
+        """Close an old version's cache file (cond held)."""
+        self.retired.discard(fd)
+        del self.reading[fd]
+        os.close(fd)
+
     def close(self) -> None:
         """Wake any reader (they fail) and remove the cache."""
         with self.cond:
             self.closed = True
             self.cond.notify_all()
-            for fd in self.fds.values():
-                os.close(fd)
+            for fd in list(self.reading):
+                if not self.reading[fd]:
+                    self._discard(fd)
+                else:
+                    self.retired.add(fd)  # closed by its last reader
             self.fds.clear()
         shutil.rmtree(self.dir, ignore_errors=True)
 
