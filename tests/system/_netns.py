@@ -482,6 +482,14 @@ def module_net(hosts: int) -> Iterator[TestNet]:
         pytest.skip(str(exc))
 
 
+def secret_env(secret: str, **extra: str) -> dict[str, str]:
+    """This process's environment for a worker or controller of a test job: ``secret`` as
+    its only ``REGENCY_SECRET*`` setting, output unbuffered, and ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REGENCY_SECRET")}
+    env.update({"REGENCY_SECRET": secret, "PYTHONUNBUFFERED": "1"}, **extra)
+    return env
+
+
 def start_workers(net: TestNet, hosts: int, port: int, logs: Path, env: dict[str, str],
                   wait_s: float = 60.0) -> list[str]:
     """Start ``regency worker`` on the first ``hosts`` nodes at ``port``, logging to

@@ -273,7 +273,14 @@ if __name__ == "__main__":  # pragma: no cover
 # =========================================================================================
 import psutil  # noqa: E402
 import pytest  # noqa: E402
-from _netns import NetnsUnavailable, TestNet, loss_available, netns_problem, test_network  # noqa: E402
+from _netns import (  # noqa: E402
+    NetnsUnavailable,
+    TestNet,
+    loss_available,
+    netns_problem,
+    secret_env,
+    test_network,
+)
 
 _why = netns_problem()
 if _why is not None:
@@ -282,13 +289,6 @@ pytestmark = [
     pytest.mark.skipif(_why is not None, reason=f"network namespaces unavailable: {_why}"),
     pytest.mark.timeout(90),
 ]
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REGENCY_SECRET")}
-    env.update({"REGENCY_SECRET": SECRET, "PYTHONUNBUFFERED": "1"})
-    env.update(extra)
-    return env
 
 
 def wait_for(pred: Any, timeout: float, what: str, interval: float = 0.02) -> Any:
@@ -518,7 +518,8 @@ class WorkerPool:
             if w is not None:
                 w.stop()
             self.started += 1
-            w = Worker(self.net, i, self.logs / f"worker{i}-{self.started}.log", _env())
+            log = self.logs / f"worker{i}-{self.started}.log"
+            w = Worker(self.net, i, log, secret_env(SECRET))
             w.wait_listening()
         w.mark = w.log.stat().st_size
         return w
@@ -550,7 +551,8 @@ class Cluster:
         return [w.addr for w in self.workers]
 
     def controller(self, **env: str) -> Controller:
-        c = Controller(self.net, self.tmp / f"controller{len(self.controllers)}.log", _env(**env))
+        log = self.tmp / f"controller{len(self.controllers)}.log"
+        c = Controller(self.net, log, secret_env(SECRET, **env))
         self.controllers.append(c)
         return c
 
@@ -643,7 +645,7 @@ def test_unauthenticated_wrong_secret_and_other_version_are_refused(
 
     w = cluster.workers[0]
     res = cluster.net.run("ctl", [sys.executable, str(Path(__file__)), "attack", w.addr,
-                                  str(marker_dir), SECRET], env=_env())
+                                  str(marker_dir), SECRET], env=secret_env(SECRET))
     assert res.returncode == 0, res.stderr
     attacks = {a["name"]: a for a in map(json.loads, res.stdout.splitlines())}
     assert set(attacks) == {"garbage", "raw_frame", "wrong_secret", "forged_proof",

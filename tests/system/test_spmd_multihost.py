@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _netns import TestNet, module_net, start_workers
+from _netns import TestNet, module_net, secret_env, start_workers
 
 pytest.importorskip("torch")
 SCRIPT = Path(__file__).resolve().parent / "spmd" / "allreduce.py"
@@ -37,17 +37,11 @@ def net() -> Iterator[TestNet]:
     yield from module_net(2)
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REGENCY_SECRET")}
-    env.update({"REGENCY_SECRET": "spmd-test", "PYTHONUNBUFFERED": "1"})
-    return env
-
-
 def test_gloo_all_reduce_on_two_namespace_hosts(net: TestNet, tmp_path: Path) -> None:
-    addrs = start_workers(net, 2, 26611, tmp_path, _env())
+    addrs = start_workers(net, 2, 26611, tmp_path, secret_env("spmd-test"))
     (tmp_path / "controller.py").write_text(textwrap.dedent(CONTROLLER))
     res = net.run("ctl", [sys.executable, str(tmp_path / "controller.py"), *addrs,
-                          str(SCRIPT), str(tmp_path)], timeout=220, env=_env())
+                          str(SCRIPT), str(tmp_path)], timeout=220, env=secret_env("spmd-test"))
     assert "CODES [0, 0, 0, 0]" in res.stdout, res.stdout + res.stderr
     outs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(4)]
     assert [o["sum"] for o in outs] == [10.0] * 4  # 1 + 2 + 3 + 4

@@ -6,14 +6,13 @@ reach it by. ``to_mesh`` moves values between the hosts' procs worker to worker.
 
 from __future__ import annotations
 
-import os
 import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _netns import TestNet, module_net, start_workers
+from _netns import TestNet, module_net, secret_env, start_workers
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.timeout(240)
@@ -49,17 +48,11 @@ def net() -> Iterator[TestNet]:
     yield from module_net(2)
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REGENCY_SECRET")}
-    env.update({"REGENCY_SECRET": "tensor-test", "PYTHONUNBUFFERED": "1"})
-    return env
-
-
 def test_reduce_over_a_mesh_of_two_namespace_hosts(net: TestNet, tmp_path: Path) -> None:
-    addrs = start_workers(net, 2, 26711, tmp_path, _env())
+    addrs = start_workers(net, 2, 26711, tmp_path, secret_env("tensor-test"))
     (tmp_path / "controller.py").write_text(textwrap.dedent(CONTROLLER))
     res = net.run("ctl", [sys.executable, str(tmp_path / "controller.py"), *addrs],
-                  timeout=220, env=_env())
+                  timeout=220, env=secret_env("tensor-test"))
     out = res.stdout + res.stderr
     assert "SIZES {'hosts': 2, 'gpus': 2}" in res.stdout, out
     results = sorted(line.split()[1:] for line in res.stdout.splitlines()
