@@ -210,6 +210,8 @@ def _tensor_pickler(base: type, torch: Any) -> Any:
 
 def _reduce_tensor(t: Any) -> Any:
     torch = _torch()
+    if torch._C._len_torch_dispatch_stack():  # a device mesh is active: its mode would take
+        return t.__reduce_ex__(5)  # our view of the tensor for a remote op; torch's own way
     if not _TORCH_NUMPY:
         _TORCH_NUMPY.update({torch.float64, torch.float32, torch.float16, torch.int64,
                              torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool,
