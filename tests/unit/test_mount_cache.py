@@ -19,8 +19,16 @@ def _tree(mtime: int) -> Tree:
     return {"/": (DIR, 0, 0), "/f": (FILE, 2 * BLOCK, mtime)}
 
 
-def _open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
+def _cache_files_open(cache: BlockCache) -> int:
+    """This process's descriptors of files made in the cache's directory (unlinked ones
+    read ``<dir>/block-file (deleted)``)."""
+    held = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            held += os.readlink(f"/proc/self/fd/{fd}").startswith(cache.dir + "/")
+        except OSError:
+            pass  # closed meanwhile (the listing's own descriptor)
+    return held
 
 
 class _Reader(threading.Thread):
@@ -58,14 +66,15 @@ def test_a_read_across_a_refresh_returns_the_new_file_whole_not_a_mix() -> None:
 
 
 def test_refreshes_and_close_leave_no_cache_file_open() -> None:
-    before = _open_fds()
     cache = BlockCache(_tree(1), lambda path, block: None)
     for version in range(3):
         cache.deliver("/f", 0, bytes([version]) * BLOCK)
         cache.deliver("/f", 1, bytes([version]) * BLOCK)
         assert cache.read("/f", 2, BLOCK - 1) == bytes([version]) * 2
+        assert _cache_files_open(cache) == 1  # this version's
         cache.update(_tree(version + 2), ["/f"])
+        assert _cache_files_open(cache) == 0  # the old version's is closed: nobody reads it
     cache.deliver("/f", 0, b"x" * BLOCK)
     cache.close()
-    assert _open_fds() == before
+    assert _cache_files_open(cache) == 0
     assert not os.path.exists(cache.dir)

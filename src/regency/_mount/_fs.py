@@ -4,7 +4,8 @@ The FUSE file system (``mfusepy``, on libfuse 3 or 2) runs in a thread of the pr
 holds the mount. A read needs the blocks it touches; a block missing from the cache is asked
 for once per host (``ask``), and every reader of it waits until it is delivered
 (:meth:`BlockCache.deliver`, called when the controller's multicast arrives). The cache is
-one sparse file per mounted file, in a private temporary directory removed on unmount.
+one sparse, already unlinked file per version of a mounted file (made in a private
+temporary directory, removed on unmount).
 """
 
 from __future__ import annotations
@@ -53,9 +54,9 @@ class BlockCache:
         """The cache file of ``path``'s current version (cond held)."""
         fd = self.fds.get(path)
         if fd is None:
-            name = os.path.join(self.dir, "block-file")  # free again at once:
+            name = os.path.join(self.dir, "block-file")  # the name is free again at once:
             fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-            os.unlink(name)  # the file lives as long as the descriptor
+            os.unlink(name)  # the file lives as long as its descriptor
             self.fds[path] = fd
             self.reading[fd] = 0
         return fd

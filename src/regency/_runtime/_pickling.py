@@ -36,7 +36,7 @@ import cloudpickle
 
 OOB_THRESHOLD = 64 * 1024
 _TORCH_NUMPY: set[Any] = set()  # torch dtypes numpy can view (filled on first use)
-_PICKLERS: dict[Any, tuple[int, Any]] = {}  # base pickler -> (copyreg's size, tensor pickler)
+_PICKLERS: dict[type, tuple[int, type]] = {}  # base pickler -> (copyreg's size, subclass)
 _MAIN = b"__main__"
 
 Buffers = list[pickle.PickleBuffer]
@@ -190,7 +190,7 @@ def _dumps_with_tensors(obj: Any, callback: Any, torch: Any, base: Any) -> bytes
     return f.getvalue()
 
 
-def _tensor_pickler(base: type, torch: Any) -> Any:
+def _tensor_pickler(base: type, torch: Any) -> type:
     """``base`` with tensors reduced by :func:`_reduce_tensor`: a subclass whose class holds
     the dispatch table, since a pickler reads it once, when made (set on a cloudpickle
     pickler afterwards, it would be ignored). Made once per base, again whenever
