@@ -143,6 +143,22 @@ class AsyncCounter(Actor):
         return self.loop_in_init
 
 
+class Rebinding(Actor):
+    """An endpoint the instance shadows with an attribute of its own, then un-shadows."""
+
+    @endpoint
+    def greet(self) -> str:
+        return "class"
+
+    @endpoint
+    def rebind(self) -> None:
+        self.greet = lambda: "instance"  # type: ignore[method-assign]
+
+    @endpoint
+    def unbind(self) -> None:
+        del self.greet
+
+
 class NoArgs(Actor):
     """An async actor (no endpoints at all is async per the spec)."""
 

@@ -14,6 +14,7 @@ from _actors import (
     InitOrder,
     OneAtATimeAsync,
     OneAtATimeSync,
+    Rebinding,
     SlowInit,
     SyncCaller,
 )
@@ -44,6 +45,17 @@ def test_sync_actor_state_is_per_actor(procs) -> None:
     c = procs.spawn("state", Counter, 10)
     c.slice(gpus=0).incr.call_one(5).get(timeout=T)
     assert list(c.value.call().get(timeout=T).values()) == [15, 10]
+
+
+def test_an_attribute_of_the_instance_shadows_an_endpoint_while_it_is_there(procs) -> None:
+    """Endpoints are looked up on the actor as Python does (the method is kept between
+    messages, but never over an attribute of the instance that shadows it)."""
+    one = procs.slice(gpus=0).spawn("rebinding", Rebinding)
+    assert one.greet.call_one().get(timeout=T) == "class"
+    one.rebind.call_one().get(timeout=T)
+    assert one.greet.call_one().get(timeout=T) == "instance"
+    one.unbind.call_one().get(timeout=T)
+    assert one.greet.call_one().get(timeout=T) == "class"
 
 
 def test_async_actor_basic(procs) -> None:

@@ -189,3 +189,57 @@ def test_callbacks_added_while_another_thread_finishes_each_run_exactly_once() -
     finally:
         for t in racers:
             t.join(timeout=30)
+
+
+def test_plain_waiters_racing_the_finish_all_wake() -> None:
+    """The lock a plain wait sleeps on is made by the first waiter, not per cell: two
+    waiters and a finishing thread race, round after round, with a thread switch offered
+    before every bytecode of ``Completion``. No waiter may miss the result (it would sleep
+    out its whole timeout)."""
+    rounds = 200
+    cells: list[Completion] = []
+    woke: list[list[bool]] = []
+    start = threading.Barrier(4)
+    end = threading.Barrier(4)
+
+    def race(slot: int | None) -> None:
+        sys.settrace(_switch_often)
+        try:
+            for _ in range(rounds):
+                start.wait()
+                cell, seen = cells[-1], woke[-1]
+                if slot is None:
+                    cell.set_result(None)
+                else:
+                    seen[slot] = cell.wait_plain(timeout=30)
+                end.wait()
+        except threading.BrokenBarrierError:
+            pass
+        finally:
+            sys.settrace(None)
+
+    racers = [threading.Thread(target=race, args=(slot,)) for slot in (0, 1, None)]
+    for t in racers:
+        t.start()
+    try:
+        for n in range(rounds):
+            cells.append(Completion())
+            woke.append([False, False])
+            start.wait(timeout=60)
+            end.wait(timeout=60)
+            assert woke[-1] == [True, True], f"round {n}: woken {woke[-1]}"
+    except BaseException:
+        start.abort()
+        end.abort()
+        raise
+    finally:
+        for t in racers:
+            t.join(timeout=60)
+
+
+def test_a_timed_out_plain_wait_leaves_the_cell_to_be_finished() -> None:
+    c = Completion()
+    assert not c.wait_plain(timeout=0.01)
+    assert not c.wait_plain(timeout=0)
+    c.set_result(3)
+    assert c.wait_plain(timeout=0) and c.wait_plain() and c.outcome() == 3

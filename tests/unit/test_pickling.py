@@ -127,3 +127,26 @@ def test_a_reducer_registered_after_the_first_call_is_used() -> None:
         assert roundtrip(_Registered(2)).value == 20  # type: ignore[attr-defined]
     finally:
         del copyreg.dispatch_table[_Registered]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+       | st.complex_numbers(allow_nan=False) | st.text(max_size=5000)
+       | st.binary(max_size=5000), st.integers(1, 3))
+def test_scalars_take_the_short_path_and_round_trip(value: object, takers: int) -> None:
+    from regency._runtime._pickling import dumps_call
+
+    data, buffers = dumps(value)
+    assert buffers == [] and loads(data) == value
+    data, buffers = dumps_call((value, value), {}, takers)
+    assert buffers == [] and loads(data) == ((value, value), {})
+
+
+def test_a_scalar_subclass_from_main_is_pickled_by_value() -> None:
+    ns: dict[str, object] = {"__name__": "__main__"}
+    exec("class Level(int):\n    def twice(self):\n        return 2 * self\n", ns)
+    level = ns["Level"](4)  # type: ignore[operator]
+    for data, _ in (dumps(level), dumps((level,))):
+        back = pickle.loads(data)
+        back = back if not isinstance(back, tuple) else back[0]
+        assert back.twice() == 8 and type(back).__name__ == "Level"

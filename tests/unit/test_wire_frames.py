@@ -422,3 +422,16 @@ def test_malformed_attachments_are_protocol_errors():
         stream = header + struct.pack("!2Q", *lengths) + b"\0" * 69
         with pytest.raises(ProtocolError):
             FrameDecoder(attachments=True).feed(stream)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.binary(max_size=300), st.binary(max_size=300))
+def test_a_header_and_a_pickle_encode_as_any_two_buffers_do(head, body):
+    """Two ``bytes`` (most messages) take a short path: the same bytes as the general one."""
+    parts = encode_frame([head, body])
+    assert parts[1] is head and parts[2] is body
+    general = encode_frame([bytearray(head), memoryview(body)])
+    assert b"".join(parts) == b"".join(bytes(p) for p in general)
+    decoder = FrameDecoder()
+    decoder.feed(b"".join(parts))
+    assert [bytes(b) for b in decoder.next_frame()] == [head, body]

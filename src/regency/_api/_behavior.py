@@ -90,6 +90,9 @@ class ActorBehavior:
         self.failed_exc: BaseException | None = None  # why it failed, for __cleanup__
         self.aborting: str | None = None  # Instance.abort(): fail once the message is done
         self._status_names: dict[str, bytes] = {}
+        self._targets: dict[str, tuple[Any, bool]] = {}  # endpoint -> (bound method, explicit)
+        self._own: Any = {}  # the actor's instance dict, once it exists
+        self._ctx: MessageContext | None = None  # the context of the last message (sync)
 
     # -- construction ------------------------------------------------------------------------
     def setup_context(self) -> None:
@@ -101,6 +104,8 @@ class ActorBehavior:
             obj = self.cls.__new__(self.cls)
             obj.__init__(*(self.args or ()), **(self.kwargs or {}))  # type: ignore[misc]
             self.actor = obj
+            own = getattr(obj, "__dict__", None)
+            self._own = own if own is not None else {}  # its attributes shadow its methods
         except BaseException as exc:
             self.fail(exc, "__init__")
         finally:
@@ -116,7 +121,10 @@ class ActorBehavior:
         if self._refuse(port):
             return None
         name = call.endpoint
-        set_context(MessageContext(self.instance, call.cast, self.g, name))
+        ctx = self._ctx
+        if ctx is None or ctx.endpoint != name or ctx._cast != call.cast:
+            ctx = self._ctx = MessageContext(self.instance, call.cast, self.g, name)
+        set_context(ctx)  # the last message's, when it was sent the same way (rank and all)
         if self._status is not None:
             self._say_running(name)
         explicit = False
@@ -202,11 +210,10 @@ class ActorBehavior:
 
     def _prepare(self, name: str, port: Any, frame: list[memoryview]) -> tuple[Any, bool, Any, Any]:
         args, kwargs = loads(frame[1], frame[2:])
-        ep = self.endpoints.get(name)
-        explicit = bool(ep and ep.explicit_response_port)
-        fn = getattr(self.actor, name, None)
-        if fn is None or not callable(fn):
-            raise AttributeError(f"{self.class_name} has no endpoint or method {name!r}")
+        target = self._targets.get(name)
+        if target is None or name in self._own:
+            target = self._target(name)
+        fn, explicit = target
         if explicit:
             if port is None:
                 port_obj: Any = _NullPort()
@@ -214,6 +221,20 @@ class ActorBehavior:
                 port_obj = Port(port[0], port[1], self.g, once=True)
             args = (port_obj, *args)
         return fn, explicit, args, kwargs
+
+    def _target(self, name: str) -> tuple[Any, bool]:
+        """What runs ``name`` on the actor, and whether it answers on an explicit port.
+
+        An endpoint's bound method is kept for the next message (a method of the class;
+        looked up again whenever the instance has an attribute of that name)."""
+        ep = self.endpoints.get(name)
+        explicit = bool(ep and ep.explicit_response_port)
+        fn = getattr(self.actor, name, None)
+        if fn is None or not callable(fn):
+            raise AttributeError(f"{self.class_name} has no endpoint or method {name!r}")
+        if ep is not None and name not in self._own:  # not a stand-in (regency.testing's)
+            self._targets[name] = (fn, explicit)
+        return fn, explicit
 
     def _say_running(self, name: str) -> None:
         """Write the endpoint in flight where the host agent reads it if the proc dies."""
@@ -354,6 +375,8 @@ class ActorBehavior:
     def release(self) -> None:
         """Drop the user's object once stopped, so that its finalizer (``__del__``) runs."""
         self.actor = None
+        self._targets.clear()  # its bound methods hold it too
+        self._own = {}
 
     def cleanup(self, exc: BaseException | None) -> Any:
         """Run ``__cleanup__`` once (returns a coroutine for async actors).

@@ -25,8 +25,7 @@ class Completion:
     __slots__ = ("_callbacks", "_exc", "_lock", "_value", "label", "reader", "waker")
 
     def __init__(self, label: str | Callable[[], str] = "") -> None:
-        self._lock = threading.Lock()
-        self._lock.acquire()
+        self._lock: threading.Lock | None = None  # made by the first plain waiter (held)
         self._value: Any = _PENDING
         self._exc: BaseException | None = None
         self._callbacks: list[Callable[[Completion], None]] | None = None
@@ -53,10 +52,12 @@ class Completion:
             self._exc = exc
             self._value = value
             callbacks, self._callbacks = self._callbacks, None  # none can be added from now
+            lock = self._lock
         if not isinstance(self.label, str):
             self.label = ""  # a describer may hold its owner, which holds us: no cycle
         self.reader = None
-        self._lock.release()
+        if lock is not None:
+            lock.release()
         waker = self.waker
         if waker is not None:
             waker.wake()
@@ -75,9 +76,18 @@ class Completion:
 
     def wait_plain(self, timeout: float | None = None) -> bool:
         """``wait`` on the lock only (the loop thread completes us)."""
-        ok = self._lock.acquire(timeout=-1 if timeout is None else max(timeout, 0.0))
+        lock = self._lock
+        if lock is None:  # most calls are done, or read by their waiter, without one
+            with _FINISH:  # made and taken here, or seen by ``_finish``: no lost wake-up
+                if self._value is not _PENDING:
+                    return True
+                lock = self._lock
+                if lock is None:
+                    lock = self._lock = threading.Lock()
+                    lock.acquire()
+        ok = lock.acquire(timeout=-1 if timeout is None else max(timeout, 0.0))
         if ok:
-            self._lock.release()
+            lock.release()
         return ok
 
     def outcome(self) -> Any:

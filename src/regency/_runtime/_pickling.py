@@ -41,6 +41,12 @@ _MAIN = b"__main__"
 
 Buffers = list[pickle.PickleBuffer]
 
+#: Values that pickle in one C call, with nothing out-of-band and nothing by value (exact
+#: types: a subclass may come from ``__main__``). Short strings and bytes only: large ones
+#: go out-of-band.
+_SCALARS = frozenset({int, float, bool, complex, type(None), str, bytes})
+_SHORT = 4096
+
 
 class _Takers(threading.local):
     """How many receivers the payload being pickled on this thread has, and how to take
@@ -98,6 +104,8 @@ def _wrap_shallow(obj: Any) -> Any:
 
 def dumps(obj: Any) -> tuple[bytes, Buffers]:
     """Pickle ``obj``; returns the in-band pickle and the out-of-band buffers."""
+    if _scalar(obj):  # a step count, a loss: the common small reply, in one C call
+        return pickle.dumps(obj, 5), []
     return _dumps(_wrap_shallow(obj))
 
 
@@ -105,6 +113,8 @@ def dumps_call(args: tuple[Any, ...], kwargs: dict[str, Any],
                takers: int = 1) -> tuple[bytes, Buffers]:
     """Pickle endpoint arguments for ``takers`` receivers; large bytes among them travel
     out-of-band."""
+    if not kwargs and _scalars(args):
+        return pickle.dumps((args, kwargs), 5), []
     if any(_is_large_bytes(v) for v in args) or any(_is_large_bytes(v) for v in kwargs.values()):
         obj: Any = (_wrap_shallow(args), _wrap_shallow(kwargs))
     else:
@@ -127,6 +137,17 @@ def dumps_inband(obj: Any) -> bytes:
     except Exception:
         pass
     return cloudpickle.dumps(obj, protocol=5)
+
+
+def _scalar(value: Any) -> bool:
+    kind = type(value)
+    if kind is str or kind is bytes:
+        return len(value) < _SHORT
+    return kind in _SCALARS
+
+
+def _scalars(args: tuple[Any, ...]) -> bool:
+    return all(_scalar(value) for value in args)  # mypyc turns this into a plain loop
 
 
 def _is_large_bytes(value: Any) -> bool:

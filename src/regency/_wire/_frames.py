@@ -76,6 +76,7 @@ _CACHED_COUNTS = 64
 # Prefix structs for the common buffer counts, built once; others are built per use.
 _ENCODERS = {n: struct.Struct(f"!2sBxI{n}Q") for n in range(1, _CACHED_COUNTS + 1)}
 _DECODERS = {n: struct.Struct(f"!{n}Q") for n in range(1, _CACHED_COUNTS + 1)}
+_PAIR = _ENCODERS[2]
 
 BufferLike: TypeAlias = "bytes | bytearray | memoryview"
 #: What a decoder receives a large buffer into: any writable, contiguous buffer of exactly
@@ -122,6 +123,10 @@ def encode_frame(
     are in ``attached`` are marked as attachment descriptors.
     """
     nbufs = len(buffers)
+    if nbufs == 2 and not attached:  # a header and a small pickle: most messages
+        head, body = buffers[0], buffers[1]
+        if type(head) is bytes and type(body) is bytes:
+            return [_PAIR.pack(MAGIC, PROTOCOL_VERSION, 2, len(head), len(body)), head, body]
     if nbufs == 0:
         raise ValueError("a frame needs at least one buffer")
     out: list[bytes | memoryview] = [b""]
