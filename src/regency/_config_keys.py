@@ -90,6 +90,9 @@ REGENCY_KEYS: dict[str, Key] = {k.name: k for k in (
     _key("borrow_reads", "bool", True, "borrow receive buffers for unpickling"),
     _key("borrow_spin", "duration", 0.0001, "how long a borrowed read spins before sleeping"),
     _key("borrow_spin_busy", "bool", False, "spin even when the machine is busy"),
+    _key("borrow_linger", "duration", 0.01,
+         "how long a connection a borrowed read just read stays off the event loop, for the "
+         "next borrowed read (0: back at once)"),
     _key("heartbeat_interval", "duration", 0.5, "how often host agents report they live"),
     _key("tls_cert", "str", "", "certificate file for TLS between machines"),
     _key("tls_key", "str", "", "private key file for TLS between machines"),

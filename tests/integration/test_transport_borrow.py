@@ -28,14 +28,14 @@ T = 10.0
 class Pair(LoopPair):
     """``a`` writes; ``b`` is polled. ``got`` collects what the loop delivers from ``b``."""
 
-    def __init__(self) -> None:
+    def __init__(self, linger: float = 0.0) -> None:
         super().__init__()
         sa, sb = socket.socketpair()
         for s in (sa, sb):
             s.setblocking(False)
 
         def make() -> tuple[Connection, Connection]:
-            self.poller = Poller(self.loop)
+            self.poller = Poller(self.loop, linger)
             a = Connection(sa, self.loop, lambda c, f: None, lambda c, e: None, label="a")
             b = Connection(sb, self.loop, self.on_frame, self.on_close, label="b",
                            poller=self.poller)
@@ -230,3 +230,69 @@ def test_a_waker_spins_only_while_its_waits_are_short() -> None:
         r.close()
         w.close()
         waker.close()
+
+
+# -- lingering: a borrow leaves the connection paused for the next one, for a while ----------
+
+@pytest.fixture
+def lingering() -> Any:
+    p = Pair(linger=3600.0)  # the sweep never resumes it within a test
+    yield p
+    p.close()
+
+
+def _borrow_once(pair: Pair, *names: bytes) -> Taker:
+    take = Taker()
+    assert pair.b.pause_reads()
+    pair.send(*names)
+    assert pair.b.read_here(take, Waker(), T, lambda: False, paused=True)
+    return take
+
+
+def test_a_connection_left_lingering_reaches_the_loop_once_the_linger_is_over() -> None:
+    pair = Pair(linger=0.002)
+    try:
+        assert _borrow_once(pair, b"T1").taken == [b"T1"]
+        pair.send(b"X")  # nobody borrows again: the sweep gives it back to the loop
+        pair.wait(lambda: pair.got == [b"X"])
+        pair.wait(lambda: not pair.poller._sweeping)  # nothing lingers: no timer left
+    finally:
+        pair.close()
+
+
+def test_the_next_borrow_takes_a_lingering_connection_over(lingering: Pair) -> None:
+    pair = lingering
+    _borrow_once(pair, b"T1")
+    assert pair.b._borrowing.lingering
+    take = Taker()
+    pair.send(b"T2")
+    assert pair.b.read_here(take, Waker(), T, lambda: False)  # no pause of its own needed
+    assert take.taken == [b"T2"] and pair.got == []
+    pair.b.resume_reads()  # an explicit resume ends the linger at once
+    assert not pair.b._borrowing.lingering
+    pair.send(b"X")
+    pair.wait(lambda: pair.got == [b"X"])
+
+
+def test_unthrottling_a_lingering_connection_lets_the_loop_read_it(lingering: Pair) -> None:
+    pair = lingering
+    _borrow_once(pair, b"T1")
+    pair.call(pair.b.throttle)
+    pair.send(b"X")
+    pair.call(pair.b.unthrottle)
+    pair.wait(lambda: pair.got == [b"X"])
+    assert not pair.b._borrowing.lingering
+
+
+def test_a_throttled_connection_stays_paused_after_its_linger() -> None:
+    pair = Pair(linger=0.002)
+    try:
+        _borrow_once(pair, b"T1")
+        pair.call(pair.b.throttle)  # flow control: the sweep must not resume it
+        pair.wait(lambda: not pair.poller._sweeping)
+        pair.send(b"X")
+        assert pair.got == []
+        pair.call(pair.b.unthrottle)
+        pair.wait(lambda: pair.got == [b"X"])
+    finally:
+        pair.close()

@@ -108,7 +108,7 @@ class Router:
             asyncio.get_running_loop().call_later(_TRIM_EVERY_S, self._trim_pool)
         self.loop = asyncio.get_running_loop()
         if self.poller is None and config.get("borrow_reads"):
-            self.poller = Poller(self.loop)
+            self.poller = Poller(self.loop, float(config.get("borrow_linger")))
             self.read_here.enabled = True
             self.read_here.spin = float(config.get("borrow_spin"))
             self.read_here.busy_too = bool(config.get("borrow_spin_busy"))

@@ -18,6 +18,11 @@ there something to do already, so the thread must not read?), with its ``Waker``
 runtime's side, which connection to borrow and which frames to take, is
 ``regency._runtime._borrow.ReadHere``.
 
+Lingering. A borrow that ends leaves the connection paused (:meth:`Borrowing.linger`), so
+that the next borrow, often a moment later, need not pause it again; the poller has the
+loop resume it if none comes within ``linger`` seconds (:meth:`Borrowing.sweep`). A borrow
+or ``pause`` that finds it lingering takes it over as it is.
+
 Ordering. The read lock is taken by the loop (without blocking: if a borrower holds it, the
 loop skips the event, and the borrower resumes the connection when it is done) and by a
 borrower. Frames handed back queue in :attr:`Borrowing.handback`, which the loop delivers
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import collections
 import threading
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
@@ -83,8 +89,8 @@ class Host(Readable, Protocol):
 class Borrowing:
     """The read lock of one connection, and its borrowers (``poller`` None: never lent)."""
 
-    __slots__ = ("_host", "_reader", "borrowers", "ending", "handback", "lock", "poller",
-                 "taken")
+    __slots__ = ("_host", "_reader", "_state", "borrowers", "ending", "handback", "lingering",
+                 "listed", "lock", "poller", "since", "taken")
 
     def __init__(self, host: Host, reader: Reader, poller: Poller | None) -> None:
         self._host = host
@@ -95,6 +101,10 @@ class Borrowing:
         self.borrowers: list[Waker] = []  # threads waiting to read it themselves
         self.ending = False  # a borrower saw it end; the loop closes it
         self.taken = 0  # frames borrowers took (statistics)
+        self._state = threading.Lock()  # guards the three below
+        self.lingering = False  # paused by a borrow that ended, for the next one
+        self.since = 0.0  # when it began to linger (``time.monotonic``)
+        self.listed = False  # in the poller's sweep
 
     @property
     def borrowable(self) -> bool:
@@ -104,12 +114,53 @@ class Borrowing:
     def pause(self) -> bool:
         """Stop the loop from reading the connection until ``resume`` (any thread)."""
         poller = self.poller
-        return poller is not None and not self._host.closed and poller.pause(self._host)
+        if poller is None or self._host.closed:
+            return False
+        with self._state:
+            if self.lingering:  # paused still: take it over as it is
+                self.lingering = False
+                return True
+        return poller.pause(self._host)
 
     def resume(self) -> None:
         """Undo ``pause`` (a throttled connection stays paused)."""
+        with self._state:
+            self.lingering = False
         if self.poller is not None and not self._host.throttled:
             self.poller.resume(self._host)
+
+    def linger(self) -> None:
+        """A borrow ended: leave the connection paused for the next one, for ``linger``
+        seconds at most (or resume it now, without lingering or when throttled)."""
+        poller = self.poller
+        host = self._host
+        if poller is None or host.throttled:
+            return  # throttled: ``unthrottle`` resumes it
+        if poller.linger <= 0:
+            poller.resume(host)
+            return
+        with self._state:
+            self.lingering = True
+            self.since = time.monotonic()
+            if self.listed:
+                return
+            self.listed = True
+        poller.track(self)
+
+    def sweep(self, now: float, linger: float) -> None:
+        """Resume the connection if it lingered ``linger`` seconds (the poller's sweep, on
+        the loop); leave the sweep once it no longer lingers."""
+        with self._state:
+            if self.lingering:
+                if now - self.since < linger:
+                    return
+                self.lingering = False
+                host = self._host
+                if self.poller is not None and not host.throttled and not host.closed:
+                    self.poller.resume(host)
+            self.listed = False
+            if self.poller is not None:
+                self.poller.untrack(self)
 
     def read_here(self, take: Take, waker: Waker, timeout: float | None,
                   ready: Callable[[], bool], paused: bool = False, spin: float = 0.0,
@@ -133,7 +184,7 @@ class Borrowing:
             if paused:
                 self.resume()
             return False
-        if not paused and not poller.pause(host):
+        if not paused and not self.pause():
             return False
         self.borrowers.append(waker)
         end: End | None = None
@@ -153,8 +204,7 @@ class Borrowing:
                         end = self._reader.read(_Taker(self, take), 1)
         finally:
             self.borrowers.remove(waker)
-            if not host.throttled:
-                poller.resume(host)
+            self.linger()  # paused for the next borrow a moment, if it comes
             if self.handback:
                 host.to_loop(self._give_back_soon)
         if end is not None:

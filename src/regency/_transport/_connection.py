@@ -280,7 +280,7 @@ class Connection:
         poller = self._borrowing.poller
         if poller is not None:
             if not self._borrowing.borrowers:
-                poller.resume(self)  # else the borrower resumes it when it is done
+                self._borrowing.resume()  # else the borrower resumes it when it is done
         else:
             self.loop.add_reader(self._fd, self._on_readable)
 

@@ -14,6 +14,13 @@ safe from any thread; the event loop's own registrations may only change on the 
 Registrations are level-triggered, so bytes that arrive while a socket is paused are seen as
 soon as it is resumed.
 
+*Lingering.* A thread that waits on reply after reply (a loop of ``.get()``, a busy sync
+actor) would pause and resume the same socket around every read. Instead, a borrow that
+ends leaves the socket paused for the next one (it *lingers*), and :meth:`Poller.track`
+has the loop resume it once it has lingered ``linger`` seconds with no borrow taking it
+(:meth:`Poller._sweep`, a timer that runs only while something lingers). Whatever arrives
+meanwhile for the loop waits at most about twice ``linger`` (config ``borrow_linger``).
+
 :class:`Waker` is what a borrowing thread polls besides the socket: anything else that should
 end its wait (another message queued for it, its result set by the loop, the connection
 closing) writes to it.
@@ -24,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import os
 import select
+import threading
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -42,14 +50,29 @@ class Readable(Protocol):
     def _on_readable(self) -> None: ...
 
 
-class Poller:
-    """One inner ``epoll`` of a loop's connections (loop thread, except pause/resume)."""
+class Lingering(Protocol):
+    """What the poller's sweep asks of a connection's borrowing that lingers."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def sweep(self, now: float, linger: float) -> None:
+        """Resume it if it lingered ``linger`` seconds; ``untrack`` it once it no longer
+        lingers."""
+        ...
+
+
+class Poller:
+    """One inner ``epoll`` of a loop's connections (loop thread, except pause/resume and
+    ``track``). ``linger``: seconds a socket a borrow just read stays paused for the next
+    borrow (0: resumed at once)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, linger: float = 0.0) -> None:
         self.loop = loop
+        self.linger = linger
         self._epoll = select.epoll()
         self._conns: dict[int, Readable] = {}
         self._closed = False
+        self._lingering: set[Lingering] = set()  # borrowings left paused, to sweep
+        self._sweep_lock = threading.Lock()  # guards ``_lingering`` and ``_sweeping``
+        self._sweeping = False  # the sweep timer is set (or about to be)
         loop.add_reader(self._epoll.fileno(), self._ready)
 
     def add(self, conn: Readable) -> None:
@@ -90,6 +113,39 @@ class Poller:
                 self._epoll.modify(fd, _EVENTS)
             except (OSError, ValueError):
                 pass  # closed meanwhile: nothing left to read
+
+    def track(self, item: Lingering) -> None:
+        """Sweep ``item`` until it stops lingering (any thread; see the module's notes)."""
+        with self._sweep_lock:
+            self._lingering.add(item)
+            if self._sweeping or self._closed:
+                return
+            self._sweeping = True
+        try:
+            self.loop.call_soon_threadsafe(self._sweep_later)
+        except RuntimeError:  # the loop is closed: nothing reads any more anyway
+            pass
+
+    def untrack(self, item: Lingering) -> None:
+        """Stop sweeping ``item`` (its ``sweep``, under its own lock)."""
+        with self._sweep_lock:
+            self._lingering.discard(item)
+
+    def _sweep_later(self) -> None:
+        self.loop.call_later(self.linger, self._sweep)
+
+    def _sweep(self) -> None:
+        """Resume what lingered long enough (loop thread); again later while any lingers."""
+        now = time.monotonic()
+        with self._sweep_lock:
+            items = list(self._lingering)
+        for item in items:
+            item.sweep(now, self.linger)
+        with self._sweep_lock:
+            if self._lingering and not self._closed:
+                self.loop.call_later(self.linger, self._sweep)
+            else:
+                self._sweeping = False
 
     def close(self) -> None:
         """Stop watching everything (loop thread)."""

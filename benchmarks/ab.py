@@ -1,0 +1,113 @@
+"""Paired A/B runs of regency against itself: CPU and time per call, variant after variant.
+
+The suite (``benchmarks.run``) compares frameworks; this compares two builds or settings of
+regency, where the VM's drift (up to 2x within an hour) would swamp a difference measured an
+hour apart. Each *pair* runs every variant once, back to back, in a fresh process; the
+figures to compare are those of one pair, and the median over pairs::
+
+    .venv/bin/python -m benchmarks.ab --variant base=/tmp/old/src --variant new=src
+    .venv/bin/python -m benchmarks.ab --variant off=src:REGENCY_BORROW_LINGER=0 \\
+        --variant on=src --workload pipelined --pairs 5
+
+A variant is ``NAME=SRC[:ENV=VALUE,...]``: the ``src`` directory to import regency from
+(another checkout, built or not) and environment settings. Workloads: ``sync`` (a loop of
+``call_one(1).get()``) and ``pipelined`` (rounds of ``call_one`` then the ``get``s).
+Reported per call: wall time, the controller's CPU and the procs' CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+_CHILD = r"""
+import json, os, sys, time
+import psutil
+from regency.actor import this_host
+from benchmarks._actors import SyncPinger
+
+workload, calls, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+procs = this_host().spawn_procs(per_host={"procs": 1})
+mesh = procs.spawn("ab", SyncPinger)
+for _ in range(2000):
+    mesh.ping.call_one(1).get()
+kids = psutil.Process().children(recursive=True)
+def kid_cpu():
+    return sum(sum(k.cpu_times()[:2]) for k in kids)
+cpu0, kids0, t0 = time.process_time(), kid_cpu(), time.perf_counter()
+for _ in range(rounds):
+    if workload == "sync":
+        for _ in range(calls):
+            mesh.ping.call_one(1).get()
+    else:
+        futures = [mesh.ping.call_one(i) for i in range(calls)]
+        for f in futures:
+            f.get()
+n = calls * rounds
+out = {"wall_us": (time.perf_counter() - t0) / n * 1e6,
+       "ctrl_cpu_us": (time.process_time() - cpu0) / n * 1e6,
+       "procs_cpu_us": (kid_cpu() - kids0) / n * 1e6}
+procs.stop().get()
+print("@@ab " + json.dumps(out), flush=True)
+"""
+
+
+def _variant(text: str) -> tuple[str, Path, dict[str, str]]:
+    name, _, rest = text.partition("=")
+    src, _, env_text = rest.partition(":")
+    if not name or not src:
+        raise argparse.ArgumentTypeError(f"--variant {text!r}: expected NAME=SRC[:ENV=V,...]")
+    env = dict(item.split("=", 1) for item in env_text.split(",") if item)
+    return name, Path(src).resolve(), env
+
+
+def _run_once(src: Path, env: dict[str, str], workload: str, calls: int, rounds: int,
+              timeout: float) -> dict[str, float]:
+    child_env = {**os.environ, **env, "PYTHONPATH": f"{src}{os.pathsep}{ROOT}",
+                 "BENCH_FRAMEWORK": "regency"}
+    done = subprocess.run([sys.executable, "-c", _CHILD, workload, str(calls), str(rounds)],
+                          env=child_env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+    for line in done.stdout.splitlines():
+        if line.startswith("@@ab "):
+            return json.loads(line[5:])  # type: ignore[no-any-return]
+    raise RuntimeError(f"variant at {src} failed (rc {done.returncode}):\n{done.stderr[-2000:]}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variant", action="append", type=_variant, required=True,
+                        help="NAME=SRC[:ENV=VALUE,...]; give two or more")
+    parser.add_argument("--workload", choices=("sync", "pipelined"), default="sync")
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--calls", type=int, default=2000, help="calls per round")
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
+    args = parser.parse_args(argv)
+    results: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in args.variant}
+    for pair in range(args.pairs):
+        cells = []
+        for name, src, env in args.variant:
+            got = _run_once(src, env, args.workload, args.calls, args.rounds, args.timeout)
+            results[name].append(got)
+            cells.append(f"{name} {got['wall_us']:.1f}/{got['ctrl_cpu_us']:.1f}/"
+                         f"{got['procs_cpu_us']:.1f}")
+        print(f"pair {pair + 1} (us per call: wall/controller CPU/procs CPU): "
+              + "  ".join(cells), flush=True)
+    print(f"median of {args.pairs} pairs, {args.workload}:")
+    for name, runs in results.items():
+        med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        print(f"  {name:>12}: wall {med['wall_us']:.1f} us, controller CPU "
+              f"{med['ctrl_cpu_us']:.1f} us, procs CPU {med['procs_cpu_us']:.1f} us per call")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
