@@ -128,3 +128,41 @@ def test_a_reply_read_by_its_waiting_thread_does_not_wake_that_thread(
     # it (often on a busy machine); one this thread read itself never does. Before the fix,
     # every reply this thread read woke it.
     assert stale <= read_by_the_loop
+
+
+_AWAIT_AFTER_GET = r"""
+import asyncio, sys, threading
+sys.path.insert(0, sys.argv[1])
+from _borrow_actors import Gate
+from regency.actor import this_host
+
+procs = this_host().spawn_procs(per_host={"p": 1}, name="linger")
+g = procs.spawn("g", Gate)
+assert g.echo.call_one(1).get(timeout=30) == 1  # read here: its connection lingers, paused
+
+async def main():  # only the loop can complete an await: the linger must end for it
+    return await asyncio.wait_for(g.echo.call_one(2), 30)
+
+assert asyncio.run(main()) == 2
+assert g.echo.call_one(3).get(timeout=30) == 3
+called = threading.Event()
+g.echo.call_one(4).add_callback(lambda f: called.set())  # so must a callback's
+assert called.wait(30)
+procs.stop().get(timeout=30)
+print("ok")
+"""
+
+
+def test_an_await_or_a_callback_after_a_get_is_not_kept_waiting_by_the_linger() -> None:
+    """A ``get()`` leaves its connection paused for the next one (ADR 0032); an ``await`` or
+    a callback, which the loop completes, ends that at once. With a linger of an hour, a
+    wait that depended on the sweep would time out."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    env = {**os.environ, "REGENCY_BORROW_LINGER": "3600"}
+    done = subprocess.run([sys.executable, "-c", _AWAIT_AFTER_GET, str(here)], env=env,
+                          capture_output=True, text=True, timeout=100, check=False)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]

@@ -152,14 +152,16 @@ def test_a_call_that_races_a_rank_death_names_the_rank_when_undeliverable(
     os.kill(pid, signal.SIGKILL)
     ready = threading.Event()
 
-    def until_lost() -> None:  # the connection's end is an event of the loop
-        if rt.router.is_dead(addr):
+    def until_lost() -> None:  # the connection's end and the proc's exit: events of the loop
+        # both known first: a death reported while the call waits out its grace period
+        # (``UNDELIVERABLE_GRACE``) would fail it as the rank's death, not as undeliverable
+        if rt.router.is_dead(addr) and addr in rt.dead_addrs:
             ready.set()
         else:
             rt.loop.call_later(0.01, until_lost)
 
     rt.loop.call_soon_threadsafe(until_lost)
-    assert ready.wait(T), "the connection to the killed rank was never seen lost"
+    assert ready.wait(T), "the killed rank was never seen lost (connection and exit)"
     route = victim._route
     collector = _One(rt, route, "trainers.step", victim._uid, "step")
     data, buffers = dumps_call((1,), {}, 1)

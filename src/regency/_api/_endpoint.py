@@ -25,6 +25,7 @@ from .._supervision._reasons import call_failed
 from .._wire import _messages as m
 from .._wire import encode_call
 from ..errors import SupervisionError
+from . import _future
 from ._context import _current
 from ._failfast import defer_interrupts
 from ._future import Future
@@ -72,7 +73,7 @@ class Endpoint(Generic[R]):
         rt = runtime()
         collector = _Gather(rt, route, self._label, self._mesh._uid, self._name)
         self._send(rt, args, kwargs, collector, route)
-        return Future._from(collector.completion, _Guard(self._mesh._uid, route, self._label))
+        return Future._of_call(collector.completion, self._mesh._uid, route, self._label)
 
     def call_one(self, *args: Any, **kwargs: Any) -> Future[R]:
         """Call a mesh of exactly one member; a Future of its reply."""
@@ -134,7 +135,7 @@ class Endpoint(Generic[R]):
         rt = runtime()
         collector = _One(rt, route, self._label, self._mesh._uid, self._name)
         self._send(rt, args, kwargs, collector, route)
-        return Future._from(collector.completion, _Guard(self._mesh._uid, route, self._label))
+        return Future._of_call(collector.completion, self._mesh._uid, route, self._label)
 
     def _send(self, rt: Runtime, args: tuple[Any, ...], kwargs: dict[str, Any],
               reply: _Collector | tuple[str, int] | None, route: Route) -> None:
@@ -191,22 +192,31 @@ class _Guard:
         self.label = label
 
     def __call__(self) -> str | None:
-        if runtime().on_loop():
-            return (f"blocking .get() on {self.label} inside an async actor would block its "
-                    "event loop forever; use `await` instead")
-        return self.awaiting()
+        return call_problem(self.uid, self.route, self.label, False)
 
     def awaiting(self) -> str | None:
         """The problem with waiting (blocking or awaiting) on this call, if any."""
-        ctx = _current.get(None)
-        if ctx is not None and ctx.actor_instance.mesh_uid == self.uid and not getattr(
-            ctx, "concurrent", False
-        ):
-            rank = getattr(ctx, "global_rank", ctx.actor_instance.rank.rank)
-            if rank in self.route.ranks:
-                return (f"{self.label} calls the actor's own endpoint and blocks on the result: "
-                        "it would deadlock, since an actor handles one message at a time")
-        return None
+        return call_problem(self.uid, self.route, self.label, True)
+
+
+def call_problem(uid: str, route: Route, label: str, awaiting: bool) -> str | None:
+    """Why waiting on a call to mesh ``uid`` along ``route`` would never end, if it would not:
+    blocking in an async actor's loop, or an actor waiting on a call to itself."""
+    if not awaiting and runtime().on_loop():
+        return (f"blocking .get() on {label} inside an async actor would block its "
+                "event loop forever; use `await` instead")
+    ctx = _current.get(None)
+    if ctx is not None and ctx.actor_instance.mesh_uid == uid and not getattr(
+        ctx, "concurrent", False
+    ):
+        rank = getattr(ctx, "global_rank", ctx.actor_instance.rank.rank)
+        if rank in route.ranks:
+            return (f"{label} calls the actor's own endpoint and blocks on the result: "
+                    "it would deadlock, since an actor handles one message at a time")
+    return None
+
+
+_future.call_problem = call_problem  # what a call's Future asks before it waits
 
 
 def _positional_range(sig: inspect.Signature | None) -> tuple[int, int] | None:

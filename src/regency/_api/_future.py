@@ -20,6 +20,10 @@ __all__ = ["Future"]
 
 R = TypeVar("R")
 
+#: Set by ``_endpoint``: the problem with waiting on a call (``(mesh uid, route, label,
+#: awaiting) -> text or None``), for futures made by ``Future._of_call``.
+call_problem: Callable[[str, Any, str, bool], str | None] | None = None
+
 
 class Future(Generic[R]):
     """The eventual result of a remote operation.
@@ -29,9 +33,12 @@ class Future(Generic[R]):
     consuming the result; ``await`` works on any running asyncio loop, any number of times.
     """
 
-    __slots__ = ("_blocking_guard", "_completion")
+    __slots__ = ("_blocking_guard", "_completion", "_label", "_route", "_uid")
     _completion: Completion
     _blocking_guard: Callable[[], str | None] | None
+    _route: Any  # a call's: its route (None for other futures), mesh uid and label
+    _uid: str
+    _label: str
 
     def __init__(self, *_: Any, **__: Any) -> None:
         raise TypeError(
@@ -44,7 +51,33 @@ class Future(Generic[R]):
         self = object.__new__(cls)
         self._completion = completion
         self._blocking_guard = blocking_guard
+        self._route = None
         return self
+
+    @classmethod
+    def _of_call(cls, completion: Completion, uid: str, route: Any, label: str) -> Future[R]:
+        """The future of an endpoint call: it knows its call (one object per call fewer
+        than a guard beside it; ``call_problem`` says why waiting on it would hang)."""
+        self = object.__new__(cls)
+        self._completion = completion
+        self._blocking_guard = None
+        self._route = route
+        self._uid = uid
+        self._label = label
+        return self
+
+    def _problem(self, awaiting: bool) -> str | None:
+        """Why waiting on this future would never end, if it would not."""
+        if self._route is not None:
+            return call_problem(self._uid, self._route, self._label, awaiting) \
+                if call_problem is not None else None
+        guard = self._blocking_guard
+        if guard is None:
+            return None
+        if awaiting:
+            awaiting_problem = getattr(guard, "awaiting", None)
+            return awaiting_problem() if awaiting_problem is not None else None
+        return guard()
 
     def get(self, timeout: float | None = None) -> R:
         """Block until the result is there and return it (or raise its exception).
@@ -71,10 +104,9 @@ class Future(Generic[R]):
             loop = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
-        if self._blocking_guard is not None:
-            problem = self._blocking_guard()
-            if problem:
-                raise RuntimeError(problem)
+        problem = self._problem(False)
+        if problem:
+            raise RuntimeError(problem)
         if loop is not None:
             warnings.warn(
                 "Future.get() was called from within a running event loop; it blocks that "
@@ -125,11 +157,9 @@ class Future(Generic[R]):
             raise ValueError("__await__ with no active event loop") from None
         if c.done():
             return c.outcome()  # type: ignore[no-any-return,unused-ignore]
-        guard = self._blocking_guard
-        if guard is not None:
-            problem = guard.awaiting() if hasattr(guard, "awaiting") else None
-            if problem:
-                raise RuntimeError(problem)
+        problem = self._problem(True)
+        if problem:
+            raise RuntimeError(problem)
         return (yield from c.as_asyncio().__await__())
 
     def __repr__(self) -> str:

@@ -211,6 +211,13 @@ class ReplyReader:
                 self.reading.release()
         return True
 
+    def release(self) -> None:
+        """The result will be waited for without reading (awaited, or a callback): if a
+        borrow left the connection paused, let the loop read it now."""
+        conn = self.rt.read_here.came_from(self.addr)
+        if conn is not None:
+            conn.end_linger()
+
     def _take(self, inbound: Inbound) -> bool:
         """Replies to this call, and to other calls whose collectors may run on any thread
         (pipelined calls answered on this connection: no trip through the loop for them)."""

@@ -16,6 +16,7 @@ _PENDING = object()
 _FINISH = threading.Lock()  # finishing is check-then-set, and so is adding a callback
 
 #: ``reader(completion, timeout) -> done``: waits by reading the reply's connection itself
+#: (a ``release()`` of its own, if any, is called when the loop must complete us instead)
 Reader = Callable[["Completion", "float | None"], bool]
 
 
@@ -114,8 +115,20 @@ class Completion:
                         self._callbacks = [cb]
                     else:
                         self._callbacks.append(cb)
-                    return
+                    pending = True
+                else:
+                    pending = False
+            if pending:
+                self._loop_reads()
+                return
         cb(self)
+
+    def _loop_reads(self) -> None:
+        """The loop completes us now (a callback, an ``await``): a connection a borrowed read
+        left paused (the reader's ``release()``) must not keep the result waiting."""
+        release = getattr(self.reader, "release", None)
+        if release is not None:
+            release()
 
     def as_asyncio(self) -> asyncio.Future[Any]:
         """An asyncio future on the running loop that completes with this cell."""

@@ -64,6 +64,10 @@ class Borrowable(Protocol):
         """Undo ``pause_reads``."""
         ...
 
+    def end_linger(self) -> None:
+        """Let the loop read it now if a borrow left it paused (any thread)."""
+        ...
+
     def read_here(self, take: Take, waker: Waker, timeout: float | None,
                   ready: Callable[[], bool], paused: bool = False, spin: float = 0.0,
                   guard: AbstractContextManager[Any] | None = None) -> bool:
@@ -146,6 +150,16 @@ class Borrowing:
                 return
             self.listed = True
         poller.track(self)
+
+    def end_linger(self) -> None:
+        """Give a lingering connection back to the loop now (any thread): something will
+        wait for what it brings without reading it (an ``await``, a callback)."""
+        with self._state:
+            if not self.lingering:
+                return
+            self.lingering = False
+        if self.poller is not None and not self._host.throttled:
+            self.poller.resume(self._host)
 
     def sweep(self, now: float, linger: float) -> None:
         """Resume the connection if it lingered ``linger`` seconds (the poller's sweep, on

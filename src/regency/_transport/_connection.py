@@ -173,6 +173,10 @@ class Connection:
         """Undo ``pause_reads`` (a throttled connection stays paused)."""
         self._borrowing.resume()
 
+    def end_linger(self) -> None:
+        """Let the loop read it now if a borrow left it paused (see ``Borrowing``)."""
+        self._borrowing.end_linger()
+
     def read_here(self, take: Take, waker: Waker, timeout: float | None,
                   ready: Callable[[], bool], paused: bool = False, spin: float = 0.0,
                   guard: AbstractContextManager[Any] | None = None) -> bool:
