@@ -435,3 +435,11 @@ def test_a_header_and_a_pickle_encode_as_any_two_buffers_do(head, body):
     decoder = FrameDecoder()
     decoder.feed(b"".join(parts))
     assert [bytes(b) for b in decoder.next_frame()] == [head, body]
+
+
+@pytest.mark.parametrize("limits", [{"max_buffers": 1}, {"max_header_bytes": 2},
+                                    {"max_frame_bytes": 5}])
+def test_the_two_buffer_short_path_keeps_every_limit(limits):
+    decoder = FrameDecoder(**limits)
+    with pytest.raises(ProtocolError):
+        decoder.feed(b"".join(encode_frame([b"head", b"body"])))

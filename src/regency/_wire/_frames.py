@@ -77,6 +77,8 @@ _CACHED_COUNTS = 64
 _ENCODERS = {n: struct.Struct(f"!2sBxI{n}Q") for n in range(1, _CACHED_COUNTS + 1)}
 _DECODERS = {n: struct.Struct(f"!{n}Q") for n in range(1, _CACHED_COUNTS + 1)}
 _PAIR = _ENCODERS[2]
+_PAIR_UNPACK = struct.Struct("!3sxIQQ").unpack_from  # the prefix of a two-buffer frame
+_PAIR_BYTES = _PREFIX_BYTES + 2 * _LENGTH_BYTES
 
 BufferLike: TypeAlias = "bytes | bytearray | memoryview"
 #: What a decoder receives a large buffer into: any writable, contiguous buffer of exactly
@@ -357,6 +359,17 @@ class FrameDecoder:
             if start < 0:
                 return
         while True:
+            if end - start >= _PAIR_BYTES:  # a header and a small pickle, whole: most frames
+                magic, nbufs, head, rest = _PAIR_UNPACK(buf, start)
+                body = start + _PAIR_BYTES
+                stop = body + head + rest
+                if (nbufs == 2 and stop <= end and magic == _EXPECTED_MAGIC and max_buffers > 1
+                        and head <= self._max_header_bytes
+                        and head + rest <= self._max_frame_bytes):  # no attachment flags
+                    view = memoryview(buf[body:stop])
+                    append([view[:head], view[head:]])
+                    start = stop
+                    continue
             if end - start < _PREFIX_BYTES:
                 self._need = _PREFIX_BYTES
                 break
