@@ -269,8 +269,15 @@ class _Collector:
         self.uid = uid  # for the supervisor: which mesh and endpoint this call waits on
         self.endpoint = endpoint
         self.expected: set[int] = set(route.ranks)
-        self.port_id = rt.open_port(self._on_reply, route.targets, self.any_thread)
+        # the collector is its port's handler itself: no bound method kept per call (the
+        # objects of calls in flight are what the garbage collector has to look at)
+        self.port_id = rt.open_port(self, route.targets, self.any_thread)
         rt.collectors[self.port_id] = self
+
+    def __call__(self, reply: m.Reply, frame: list[memoryview]) -> None:
+        """The port's handler (``Runtime.open_port``): one reply, on whichever thread
+        read it."""
+        self._on_reply(reply, frame)
 
     def _on_reply(self, reply: m.Reply, frame: list[memoryview]) -> None:
         rank, status = reply.rank, reply.status

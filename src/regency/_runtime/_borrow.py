@@ -55,6 +55,8 @@ if TYPE_CHECKING:
 __all__ = ["ReadHere", "ReplyReader", "thread_waker"]
 
 _local = threading.local()
+_READING = threading.Lock()  # guards ``ReplyReader.reading`` (a lock per call cost more)
+_NOTHING: list[Any] = []  # a reader's ``taken`` while no thread reads for it: stays empty
 _LOOK_EVERY_S = 0.05  # how often the spin looks at the machine's runnable count
 _SAMPLES = 4  # it follows the mean of this many looks
 _OWN = 2  # runnable threads a round trip brings itself: the one that waits, the one answering
@@ -177,15 +179,16 @@ class ReplyReader:
         self.addr = addr
         self.port_id = port_id
         self.guard = guard  # entered while frames are read and handled (see read_here)
-        self.taken: list[Inbound] = []
-        self.reading = threading.Lock()  # one thread reads for a call; others wait plainly
+        self.taken: list[Inbound] = _NOTHING  # while a thread reads: what it took
+        self.reading = False  # one thread reads for a call; others wait plainly (_READING)
 
     def __call__(self, c: Completion, timeout: float | None) -> bool:
         rt = self.rt
         here = rt.read_here
         conn = here.came_from(self.addr)
-        if conn is None or rt.on_loop() or not self.reading.acquire(False):
+        if conn is None or rt.on_loop() or not self._start_reading():
             return c.wait_plain(timeout)
+        self.taken = []
         waker = thread_waker()
         deadline = None if timeout is None else time.monotonic() + timeout
         c.waker = waker
@@ -208,8 +211,17 @@ class ReplyReader:
             try:
                 self._handle()
             finally:
-                self.reading.release()
+                self.taken = _NOTHING
+                self.reading = False
         return True
+
+    def _start_reading(self) -> bool:
+        """Whether this thread is the one to read for the call (no other reads for it)."""
+        with _READING:
+            if self.reading:
+                return False
+            self.reading = True
+            return True
 
     def release(self) -> None:
         """The result will be waited for without reading (awaited, or a callback): if a
