@@ -6,6 +6,7 @@ import asyncio
 import sys
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -139,30 +140,25 @@ def _switch_often(frame: FrameType, event: str, arg: object) -> Any:
     return step
 
 
-def test_callbacks_added_while_another_thread_finishes_each_run_exactly_once() -> None:
-    """Two threads add callbacks while a third sets the result, round after round, each
-    offering a thread switch before every bytecode of ``Completion``: any window in which a
-    callback can be lost, fail, or run twice is hit. Every callback must run exactly once."""
-    rounds, per_adder = 200, 3
+def _race_rounds(rounds: int, steps: list[Callable[[Completion, list[Any]], None]],
+                 check: Callable[[int, list[Any]], None], fresh: Callable[[], list[Any]]) -> None:
+    """Round after round, one thread per step races on a fresh ``Completion``, each offered
+    a thread switch before every bytecode of ``Completion``: ``steps[i](cell, notes)`` is
+    thread i's part, ``fresh()`` the round's ``notes``, and ``check(round, notes)`` runs
+    once every step has returned. An exception in a step fails its round."""
     cells: list[Completion] = []
-    calls: list[list[int]] = []
+    notes: list[list[Any]] = []
     errors: list[BaseException] = []
-    start = threading.Barrier(4)  # the three racers and this thread, which sets a round up
-    end = threading.Barrier(4)
+    start = threading.Barrier(len(steps) + 1)  # the racers and this thread, which sets up
+    end = threading.Barrier(len(steps) + 1)
 
-    def race(first: int | None) -> None:
+    def race(step: Callable[[Completion, list[Any]], None]) -> None:
         sys.settrace(_switch_often)
         try:
             for _ in range(rounds):
                 start.wait()
-                cell, counts = cells[-1], calls[-1]
                 try:
-                    if first is None:
-                        cell.set_result(None)
-                    else:
-                        for i in range(first, first + per_adder):
-                            cell.add_done_callback(
-                                lambda _c, i=i, n=counts: n.__setitem__(i, n[i] + 1))
+                    step(cells[-1], notes[-1])
                 except Exception as exc:  # reported by the test thread
                     errors.append(exc)
                 end.wait()
@@ -171,63 +167,17 @@ def test_callbacks_added_while_another_thread_finishes_each_run_exactly_once() -
         finally:
             sys.settrace(None)
 
-    racers = [threading.Thread(target=race, args=(first,)) for first in (0, per_adder, None)]
+    racers = [threading.Thread(target=race, args=(step,)) for step in steps]
     for t in racers:
         t.start()
     try:
         for n in range(rounds):
             cells.append(Completion())
-            calls.append([0] * 2 * per_adder)
-            start.wait(timeout=30)
-            end.wait(timeout=30)
-            assert not errors, f"round {n}: {errors[0]!r}"
-            assert calls[-1] == [1] * 2 * per_adder, f"round {n}: runs per callback {calls[-1]}"
-    except BaseException:
-        start.abort()
-        end.abort()
-        raise
-    finally:
-        for t in racers:
-            t.join(timeout=30)
-
-
-def test_plain_waiters_racing_the_finish_all_wake() -> None:
-    """The lock a plain wait sleeps on is made by the first waiter, not per cell: two
-    waiters and a finishing thread race, round after round, with a thread switch offered
-    before every bytecode of ``Completion``. No waiter may miss the result (it would sleep
-    out its whole timeout)."""
-    rounds = 200
-    cells: list[Completion] = []
-    woke: list[list[bool]] = []
-    start = threading.Barrier(4)
-    end = threading.Barrier(4)
-
-    def race(slot: int | None) -> None:
-        sys.settrace(_switch_often)
-        try:
-            for _ in range(rounds):
-                start.wait()
-                cell, seen = cells[-1], woke[-1]
-                if slot is None:
-                    cell.set_result(None)
-                else:
-                    seen[slot] = cell.wait_plain(timeout=30)
-                end.wait()
-        except threading.BrokenBarrierError:
-            pass
-        finally:
-            sys.settrace(None)
-
-    racers = [threading.Thread(target=race, args=(slot,)) for slot in (0, 1, None)]
-    for t in racers:
-        t.start()
-    try:
-        for n in range(rounds):
-            cells.append(Completion())
-            woke.append([False, False])
+            notes.append(fresh())
             start.wait(timeout=60)
             end.wait(timeout=60)
-            assert woke[-1] == [True, True], f"round {n}: woken {woke[-1]}"
+            assert not errors, f"round {n}: {errors[0]!r}"
+            check(n, notes[-1])
     except BaseException:
         start.abort()
         end.abort()
@@ -235,6 +185,40 @@ def test_plain_waiters_racing_the_finish_all_wake() -> None:
     finally:
         for t in racers:
             t.join(timeout=60)
+
+
+def test_callbacks_added_while_another_thread_finishes_each_run_exactly_once() -> None:
+    """Two threads add callbacks while a third sets the result: any window in which a
+    callback can be lost, fail, or run twice is hit. Every callback must run exactly once."""
+    per_adder = 3
+
+    def adder(first: int) -> Callable[[Completion, list[Any]], None]:
+        def step(cell: Completion, counts: list[Any]) -> None:
+            for i in range(first, first + per_adder):
+                cell.add_done_callback(lambda _c, i=i, n=counts: n.__setitem__(i, n[i] + 1))
+        return step
+
+    def check(n: int, counts: list[Any]) -> None:
+        assert counts == [1] * 2 * per_adder, f"round {n}: runs per callback {counts}"
+
+    _race_rounds(200, [adder(0), adder(per_adder), lambda cell, _: cell.set_result(None)],
+                 check, lambda: [0] * 2 * per_adder)
+
+
+def test_plain_waiters_racing_the_finish_all_wake() -> None:
+    """The lock a plain wait sleeps on is made by the first waiter, not per cell: two
+    waiters race the finishing thread. No waiter may miss the result (it would sleep out
+    its whole timeout)."""
+    def waiter(slot: int) -> Callable[[Completion, list[Any]], None]:
+        def step(cell: Completion, woke: list[Any]) -> None:
+            woke[slot] = cell.wait_plain(timeout=30)
+        return step
+
+    def check(n: int, woke: list[Any]) -> None:
+        assert woke == [True, True], f"round {n}: woken {woke}"
+
+    _race_rounds(200, [waiter(0), waiter(1), lambda cell, _: cell.set_result(None)], check,
+                 lambda: [False, False])
 
 
 def test_a_timed_out_plain_wait_leaves_the_cell_to_be_finished() -> None:
