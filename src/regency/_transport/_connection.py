@@ -195,7 +195,10 @@ class Connection:
         Over a Unix socket, buffers of at least ``shm_min_bytes`` go through shared memory.
         """
         lending = self._lending
-        if lending is None or not lending.min_bytes or len(buffers) < 2 or self.closed:
+        if (lending is None or len(buffers) < 2 or self.closed
+                or (len(buffers) == 2 and type(buffers[1]) is bytes
+                    and len(buffers[1]) < lending.min_bytes)  # a small pickle: most frames
+                or not lending.min_bytes):
             self._writer.send(buffers)
             return
         buffers, lent = lending.share(buffers)
