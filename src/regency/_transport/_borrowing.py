@@ -24,8 +24,8 @@ loop resume it if none comes within ``linger`` seconds (:meth:`Borrowing.sweep`)
 or ``pause`` that finds it lingering takes it over as it is.
 
 Ordering. The read lock is taken by the loop (without blocking: if a borrower holds it, the
-loop skips the event, and the borrower resumes the connection when it is done) and by a
-borrower. Frames handed back queue in :attr:`Borrowing.handback`, which the loop delivers
+loop skips the event, and the borrower leaves the connection lingering when it is done) and
+by a borrower. Frames handed back queue in :attr:`Borrowing.handback`, which the loop delivers
 before it reads anything newer, and a borrower that finds frames still to give back takes
 nothing: what it would read must come after them.
 """
