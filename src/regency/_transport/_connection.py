@@ -287,7 +287,7 @@ class Connection:
         poller = self._borrowing.poller
         if poller is not None:
             if not self._borrowing.borrowers:
-                self._borrowing.resume()  # else the borrower resumes it when it is done
+                self._borrowing.resume()  # else the borrower lingers it, the sweep resumes it
         else:
             self.loop.add_reader(self._fd, self._on_readable)
 
