@@ -8,6 +8,7 @@ figures to compare are those of one pair, and the median over pairs::
     .venv/bin/python -m benchmarks.ab --variant base=/tmp/old/src --variant new=src
     .venv/bin/python -m benchmarks.ab --variant off=src:REGENCY_BORROW_LINGER=0 \\
         --variant on=src --workload pipelined --pairs 5
+    .venv/bin/python -m benchmarks.ab --variant base=/tmp/old/src --variant new=src --load 4
 
 A variant is ``NAME=SRC[:ENV=VALUE,...]``: the ``src`` directory to import regency from
 (another checkout, built or not) and environment settings. Workloads: ``sync`` (a loop of
@@ -24,6 +25,8 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+from benchmarks.run import cpu_load
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -90,7 +93,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=2000, help="calls per round")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per run")
+    parser.add_argument("--load", type=int, default=0, metavar="N",
+                        help="N CPU-bound processes beside every run (as benchmarks.run)")
     args = parser.parse_args(argv)
+    with cpu_load(args.load):
+        _pairs(args)
+    return 0
+
+
+def _pairs(args: argparse.Namespace) -> None:
     results: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in args.variant}
     for pair in range(args.pairs):
         cells = []
@@ -106,7 +117,6 @@ def main(argv: list[str] | None = None) -> int:
         med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
         print(f"  {name:>12}: wall {med['wall_us']:.1f} us, controller CPU "
               f"{med['ctrl_cpu_us']:.1f} us, procs CPU {med['procs_cpu_us']:.1f} us per call")
-    return 0
 
 
 if __name__ == "__main__":

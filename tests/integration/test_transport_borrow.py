@@ -274,6 +274,24 @@ def test_the_next_borrow_takes_a_lingering_connection_over(lingering: Pair) -> N
     pair.wait(lambda: pair.got == [b"X"])
 
 
+def test_a_connection_borrowed_again_stays_in_the_sweep_until_it_is_left_alone(
+        lingering: Pair) -> None:
+    pair = lingering
+    borrowing = pair.b._borrowing
+    _borrow_once(pair, b"T1")
+    assert borrowing.listed
+    assert pair.b.pause_reads()  # the next borrow, in progress when the sweep passes
+    assert not borrowing.lingering
+    pair.call(lambda: borrowing.sweep(time.monotonic(), 3600.0))
+    assert borrowing.listed  # it lingered lately: listed still, nothing to list again
+    pair.call(lambda: borrowing.sweep(borrowing.since + 3600.0, 3600.0))
+    assert not borrowing.listed  # left alone a whole linger: out of the sweep
+    assert borrowing not in pair.poller._lingering
+    pair.b.resume_reads()
+    pair.send(b"X")
+    pair.wait(lambda: pair.got == [b"X"])
+
+
 def test_unthrottling_a_lingering_connection_lets_the_loop_read_it(lingering: Pair) -> None:
     pair = lingering
     _borrow_once(pair, b"T1")

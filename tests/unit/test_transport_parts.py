@@ -20,7 +20,7 @@ from regency._runtime._borrow import ReadHere, runnable
 from regency._runtime._runtime import Runtime
 from regency._transport import _shm
 from regency._transport._connection import Connection
-from regency._transport._poller import Poller
+from regency._transport._poller import Poller, Waker
 from regency._transport._reader import Reader
 from regency._transport._writer import Writer, _skip
 from regency._wire import FrameDecoder, ProtocolError, encode_frame
@@ -273,3 +273,25 @@ def test_the_spin_stops_while_the_machine_has_no_idle_core() -> None:
     off = ReadHere()  # ``borrow_spin = 0``: never spins, nothing sampled
     off._allowed = 0
     assert off.spin_now() == 0.0
+
+
+@pytest.mark.parametrize("spin", [0.0, 1e-3], ids=["sleep at once", "spin first"])
+def test_a_waker_sees_data_a_wake_and_its_timeout_spinning_or_not(spin: float) -> None:
+    a, b = socket.socketpair()
+    waker = Waker()
+    try:
+        assert waker.wait(b.fileno(), 0.0, spin) is False  # nothing: the timeout ends it
+        a.send(b"x")
+        assert waker.wait(b.fileno(), None, spin) is True  # ready: returns at once
+        assert b.recv(1) == b"x"
+        waker.wake()
+        assert waker.wait(b.fileno(), None, spin) is False  # a wake: ends it, consumed
+        assert waker.wait(b.fileno(), 0.0, spin) is False  # ... once
+        waker._quick = False  # a slow last wait: no spin this time, yet the same answers
+        a.send(b"y")
+        assert waker.wait(b.fileno(), None, spin) is True
+        assert waker._quick or not spin  # a quick wait: spin again next time
+    finally:
+        waker.close()
+        a.close()
+        b.close()

@@ -130,8 +130,14 @@ class Borrowing:
         """Undo ``pause`` (a throttled connection stays paused)."""
         with self._state:
             self.lingering = False
-        if self.poller is not None and not self._host.throttled:
-            self.poller.resume(self._host)
+        self._let_loop_read()
+
+    def _let_loop_read(self) -> None:
+        """Let the loop read the connection again, unless throttled (``unthrottle`` resumes
+        it then) or closed."""
+        host = self._host
+        if self.poller is not None and not host.throttled and not host.closed:
+            self.poller.resume(host)
 
     def linger(self) -> None:
         """A borrow ended: leave the connection paused for the next one, for ``linger``
@@ -158,20 +164,19 @@ class Borrowing:
             if not self.lingering:
                 return
             self.lingering = False
-        if self.poller is not None and not self._host.throttled:
-            self.poller.resume(self._host)
+        self._let_loop_read()
 
     def sweep(self, now: float, linger: float) -> None:
         """Resume the connection if it lingered ``linger`` seconds (the poller's sweep, on
-        the loop); leave the sweep once it no longer lingers."""
+        the loop); leave the sweep once it neither lingers nor lingered lately (a connection
+        borrowed again and again stays listed: no re-listing, which wakes the loop, each
+        time the sweep passes while it is borrowed)."""
         with self._state:
+            if now - self.since < linger:
+                return  # lingering for a short while, or borrowed since it lingered lately
             if self.lingering:
-                if now - self.since < linger:
-                    return
                 self.lingering = False
-                host = self._host
-                if self.poller is not None and not host.throttled and not host.closed:
-                    self.poller.resume(host)
+                self._let_loop_read()
             self.listed = False
             if self.poller is not None:
                 self.poller.untrack(self)

@@ -182,6 +182,13 @@ def _spin(poll: Callable[[int], list[tuple[int, int]]], seconds: float
     return []
 
 
+def _millis(timeout: float | None, start: float) -> int | None:
+    """What is left of ``timeout`` (seconds, from ``start``), in ``poll``'s milliseconds."""
+    if timeout is None:
+        return None
+    return int(max(0.0, timeout - (time.perf_counter() - start)) * 1000 + 0.999)
+
+
 class Waker:
     """An ``eventfd`` a borrowing thread polls: ``wake()`` ends its wait (any thread)."""
 
@@ -217,18 +224,18 @@ class Waker:
             self._poll.register(fd, select.POLLIN)
             self._watched = fd
         poll = self._poll.poll
-        events = poll(0)
-        if events:
-            self._quick = True
-        else:
+        if spin > 0 and self._quick:
             start = time.perf_counter()
-            if spin > 0 and self._quick:
-                events = _spin(poll, spin if timeout is None else min(spin, timeout))
+            events = _spin(poll, spin if timeout is None else min(spin, timeout))
             if not events:
-                if timeout is not None:
-                    timeout = max(0.0, timeout - (time.perf_counter() - start))
-                events = poll(None if timeout is None else int(timeout * 1000 + 0.999))
+                events = poll(_millis(timeout, start))
             self._quick = time.perf_counter() - start <= spin
+        elif spin > 0:  # not spinning this time: sleep at once, and see whether to next time
+            start = time.perf_counter()
+            events = poll(_millis(timeout, start))
+            self._quick = time.perf_counter() - start <= spin
+        else:  # no spin (a busy machine): one system call, which returns at once if ready
+            events = poll(None if timeout is None else int(timeout * 1000 + 0.999))
         readable = False
         for got, _ in events:
             if got == self.fd:
