@@ -24,6 +24,7 @@ import psutil
 from benchmarks._common import Metrics, parse_event, repo_root
 
 EXIT_GRACE_S = 30.0  # how long a child may take to exit after its last workload
+REAP_TIMEOUT_S = 10.0  # how long what a run left behind may take to die once killed
 STDERR_TAIL_LINES = 12
 
 
@@ -84,6 +85,36 @@ def _kill_tree(proc: subprocess.Popen[str]) -> None:
     except (ProcessLookupError, PermissionError):
         pass
     proc.wait()
+    _reap_session(proc.pid)
+
+
+def _in_session(sid: int) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if os.getsid(p.pid) == sid:
+                found.append(p)
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            pass
+    return found
+
+
+def _reap_session(sid: int) -> None:
+    """Kill whatever the run left in its session (the child leads it) and wait until it is
+    gone, so that the next run starts on a machine as quiet as this one did: a framework
+    whose processes outlive its script (or take seconds to die) would load the next run."""
+    left = _in_session(sid)
+    if not left:
+        return
+    names = ", ".join(f"{p.pid}" for p in left[:8])
+    print(f"[bench] the run left {len(left)} process(es) behind ({names}); killing them",
+          file=sys.stderr, flush=True)
+    for p in left:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(left, timeout=REAP_TIMEOUT_S)
 
 
 def _stderr_tail(path: Path) -> str:

@@ -80,8 +80,8 @@ class Host(Readable, Protocol):
 
     closed: bool
     throttled: bool
+    loop_thread: int  # the ident of the loop's thread
 
-    def on_loop(self) -> bool: ...
 
     def to_loop(self, fn: Callable[..., None], *args: Any) -> None: ...
 
@@ -93,11 +93,13 @@ class Host(Readable, Protocol):
 class Borrowing:
     """The read lock of one connection, and its borrowers (``poller`` None: never lent)."""
 
-    __slots__ = ("_host", "_reader", "_state", "borrowers", "ending", "handback", "lingering",
-                 "listed", "lock", "poller", "since", "taken")
+    __slots__ = ("_fd", "_host", "_loop_thread", "_reader", "_state", "borrowers", "ending",
+                 "handback", "lingering", "listed", "lock", "poller", "since", "taken")
 
     def __init__(self, host: Host, reader: Reader, poller: Poller | None) -> None:
         self._host = host
+        self._fd = host.fileno()  # fixed for the connection's life: asked once, not per read
+        self._loop_thread = host.loop_thread
         self._reader = reader
         self.poller = poller
         self.lock = threading.RLock()  # held while reading: by the loop or a borrower
@@ -199,7 +201,8 @@ class Borrowing:
         """
         host = self._host
         poller = self.poller
-        if poller is None or host.closed or self.ending or host.on_loop():
+        if (poller is None or host.closed or self.ending
+                or threading.get_ident() == self._loop_thread):
             if paused:
                 self.resume()
             return False
@@ -211,7 +214,7 @@ class Borrowing:
             with self.lock:  # a read the loop began before the pause ends first
                 if ready() or host.closed:
                     return True
-            if not waker.wait(host.fileno(), timeout, spin):
+            if not waker.wait(self._fd, timeout, spin):
                 return True
             with self.lock:
                 if host.closed or ready():  # e.g. frames handed back were delivered since:

@@ -32,16 +32,15 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable
 from typing import Any
 
 from .._ratelog import RateLimitedLog
 from .._wire import Destination
 from . import _shm
-from ._borrowing import Borrowing, Take
+from ._borrowing import Borrowing
 from ._buffers import allocate_buffer
-from ._poller import Poller, Waker
+from ._poller import Poller
 from ._reader import End, Reader
 from ._tls import TlsSession
 from ._writer import Writer
@@ -86,14 +85,31 @@ class Connection:
         self.last_activity = time.monotonic()  # bytes moved either way: the peer is alive
         self._fd = sock.fileno()
         self._leftover = leftover
-        self._loop_thread = threading.get_ident()  # connections are made on the loop thread
+        self.loop_thread = threading.get_ident()  # connections are made on the loop thread
         self._tls = tls
         unix = sock.family == socket.AF_UNIX and tls is None
         self._lending = _shm.Lending(shm_pool, shm_min_bytes, label,
                                      _notifier(weakref.ref(self))) if unix else None
         self._reader = Reader(sock, self, allocate, self._lending, decode)
         self._writer = Writer(sock, loop, self, tls)
-        self._borrowing = Borrowing(self, self._reader, poller if tls is None else None)
+        self._borrowing = b = Borrowing(self, self._reader, poller if tls is None else None)
+        # Borrowed reads, per message on both sides of a round trip: the borrowing's own
+        # methods, bound here, so that a call goes straight to them (no Python layer between)
+        #   read_here(take, waker, timeout, ready, paused=False, spin=0.0, guard=None):
+        #       wait for and read this connection on the calling thread (see
+        #       ``Borrowing.read_here``);
+        #   pause_reads(): stop the loop from reading it until ``resume_reads`` (any
+        #       thread); resume_reads(): undo it (a throttled connection stays paused);
+        #   end_linger(): let the loop read it now if a borrow left it paused.
+        self.read_here = b.read_here
+        self.pause_reads = b.pause
+        self.resume_reads = b.resume
+        self.end_linger = b.end_linger
+        # Writing (any thread): ``send_frame(buffers)`` writes one frame, in order with every
+        # other frame of this connection; the writer's own method, bound here for the same
+        # reason (see ``Writer.send_frame``: queueing, large buffers, shared memory).
+        self._writer.lending = self._lending
+        self.send_frame = self._writer.send_frame
 
     def fileno(self) -> int:
         """The socket's file descriptor."""
@@ -145,7 +161,7 @@ class Connection:
 
     def on_loop(self) -> bool:
         """Whether the caller runs on the loop thread."""
-        return threading.get_ident() == self._loop_thread
+        return threading.get_ident() == self.loop_thread
 
     def to_loop(self, fn: Callable[..., None], *args: Any) -> None:
         """Run ``fn(*args)`` on the loop soon (any thread; nothing once the loop is closed)."""
@@ -165,50 +181,7 @@ class Connection:
         """Frames borrowing threads took (statistics)."""
         return self._borrowing.taken
 
-    def pause_reads(self) -> bool:
-        """Stop the loop from reading this connection until ``resume_reads`` (any thread)."""
-        return self._borrowing.pause()
-
-    def resume_reads(self) -> None:
-        """Undo ``pause_reads`` (a throttled connection stays paused)."""
-        self._borrowing.resume()
-
-    def end_linger(self) -> None:
-        """Let the loop read it now if a borrow left it paused (see ``Borrowing``)."""
-        self._borrowing.end_linger()
-
-    def read_here(self, take: Take, waker: Waker, timeout: float | None,
-                  ready: Callable[[], bool], paused: bool = False, spin: float = 0.0,
-                  guard: AbstractContextManager[Any] | None = None) -> bool:
-        """Wait for and read this connection on the calling thread (see
-        :meth:`Borrowing.read_here <regency._transport._borrowing.Borrowing.read_here>`)."""
-        return self._borrowing.read_here(take, waker, timeout, ready, paused, spin, guard)
-
-    # -- writing (any thread; ``_writer``) -------------------------------------------------
-    def send_frame(self, buffers: Sequence[Any]) -> None:
-        """Write one frame, in order with every other frame of this connection.
-
-        What the kernel does not take at once is queued and written by the loop. The caller's
-        large buffers must not change until they are written, since they are not copied: a
-        caller on another thread waits until then (like a blocking send); on the loop thread,
-        where waiting is impossible, the unsent part of large buffers is copied instead.
-        Over a Unix socket, buffers of at least ``shm_min_bytes`` go through shared memory.
-        """
-        lending = self._lending
-        if (lending is None or len(buffers) < 2 or self.closed
-                or (len(buffers) == 2 and type(buffers[1]) is bytes
-                    and len(buffers[1]) < lending.min_bytes)  # a small pickle: most frames
-                or not lending.min_bytes):
-            self._writer.send(buffers)
-            return
-        buffers, lent = lending.share(buffers)
-        try:
-            self._writer.send(buffers, lent)
-        except BaseException:
-            if lent is not None and not lent.queued:
-                lending.unlend(lent, self.closed)
-            raise
-
+    # -- writing (``_writer``; ``send_frame`` is bound in ``__init__``) ---------------------
     def _send_releases(self) -> None:
         """Give the peer back the segments whose mappings died here (loop thread)."""
         assert self._lending is not None

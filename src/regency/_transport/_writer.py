@@ -63,7 +63,8 @@ class Writer:
     """Writes the frames of one connection, in order, from any thread."""
 
     __slots__ = ("_armed", "_fd", "_lock", "_loop", "_owner", "_pending", "_tls", "blocked",
-                 "high_water", "loop_block_limit", "max_queued", "overrun", "queued", "sock")
+                 "high_water", "lending", "loop_block_limit", "max_queued", "overrun", "queued",
+                 "sock")
 
     def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop, owner: Owner,
                  tls: TlsSession | None = None) -> None:
@@ -81,9 +82,36 @@ class Writer:
         self.loop_block_limit = 1.0  # the longest ``make_room`` blocks the loop thread
         self.blocked = 0  # waits in ``make_room`` (statistics)
         self.overrun = 0  # waits on the loop thread that gave up (statistics)
+        self.lending: _shm.Lending | None = None  # large buffers through shared memory (Unix)
+
+    def send_frame(self, buffers: Sequence[Any]) -> None:
+        """Write one frame, in order with every other frame of this connection (any thread).
+
+        What the kernel does not take at once is queued and written by the loop. The caller's
+        large buffers must not change until they are written, since they are not copied: a
+        caller on another thread waits until then (like a blocking send); on the loop thread,
+        where waiting is impossible, the unsent part of large buffers is copied instead.
+        Over a Unix socket (``lending``), buffers of at least ``shm_min_bytes`` go through
+        shared memory. Raises ``ConnectionResetError`` when the connection is closed.
+        """
+        lending = self.lending
+        if (lending is None or len(buffers) < 2 or self._owner.closed
+                or (len(buffers) == 2 and type(buffers[1]) is bytes
+                    and len(buffers[1]) < lending.min_bytes)  # a small pickle: most frames
+                or not lending.min_bytes):
+            self.send(buffers)
+            return
+        buffers, lent = lending.share(buffers)
+        try:
+            self.send(buffers, lent)
+        except BaseException:
+            if lent is not None and not lent.queued:
+                lending.unlend(lent, self._owner.closed)
+            raise
 
     def send(self, buffers: Sequence[Any], lent: _shm.Lent | None = None) -> None:
-        """Write one frame (any thread); see ``Connection.send_frame``.
+        """Write one frame (any thread), ``lent``: its buffers already in shared memory; see
+        ``send_frame``.
 
         Raises ``ConnectionResetError`` when the connection is (or just got) closed.
         """
