@@ -163,8 +163,8 @@ class Router:
         connection's write queue is above its high-water mark (see ADR 0012)."""
         peer = self.peers.get(addr)
         conn = peer.conn if peer is not None else None
-        if conn is not None and conn.queued > conn.high_water:
-            conn.make_room()
+        if conn is not None:
+            conn.make_room()  # returns at once while the queue is below its mark
 
     def is_dead(self, addr: str) -> bool:
         """Whether the connection to ``addr`` was lost (or never made)."""

@@ -110,6 +110,9 @@ class Connection:
         # reason (see ``Writer.send_frame``: queueing, large buffers, shared memory).
         self._writer.lending = self._lending
         self.send_frame = self._writer.send_frame
+        # Flow control before a call or a cast (ADR 0012): ``make_room()`` waits while the
+        # write queue is above ``high_water`` (``Writer.make_room``; at once when it is not).
+        self.make_room = self._writer.make_room
 
     def fileno(self) -> int:
         """The socket's file descriptor."""
@@ -193,11 +196,6 @@ class Connection:
                 pass
 
     # -- flow control (ADR 0012; ``_writer``) ----------------------------------------------
-    def make_room(self) -> None:
-        """Wait while the write queue is above ``high_water`` (see :meth:`Writer.make_room
-        <regency._transport._writer.Writer.make_room>`)."""
-        self._writer.make_room()
-
     @property
     def queued(self) -> int:
         """Bytes in the write queue."""
