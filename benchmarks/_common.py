@@ -59,6 +59,10 @@ class Params:
     warmup_calls: int
     echo_iters: dict[int, int]  # payload size in MiB -> timed iterations
     pipeline_s: float = 3.0  # how long the pipeline's producer sends
+    # a timed loop goes on past its count until this long: 2,000 round trips took 45 ms (and
+    # 80-130 ms beside CPU-bound processes), so one scheduler slice given to another process
+    # (4-8 ms) swung a whole run; both frameworks get the same rule
+    min_s: float = 1.0
 
     def echo_iterations(self, size_mib: int) -> int:
         return self.echo_iters[size_mib]
@@ -80,6 +84,7 @@ QUICK = Params(
     warmup_calls=20,
     echo_iters={1: 10, 16: 3, 256: 2},
     pipeline_s=1.0,
+    min_s=0.25,
 )
 
 
@@ -114,15 +119,31 @@ def latency_metrics(samples_ns: Sequence[int], total_s: float, rate_name: str) -
     }
 
 
-def timed_loop(op: Callable[[], Any], n: int) -> tuple[list[int], float]:
-    """Run ``op`` ``n`` times sequentially; return per-call ns and the total seconds."""
+def timed_loop(op: Callable[[], Any], n: int, min_s: float = 0.0) -> tuple[list[int], float]:
+    """Run ``op`` sequentially ``n`` times, and on until ``min_s`` seconds have passed;
+    return per-call ns and the total seconds."""
     samples: list[int] = []
     start = time.perf_counter()
-    for _ in range(n):
-        t0 = time.perf_counter_ns()
-        op()
-        samples.append(time.perf_counter_ns() - t0)
-    return samples, time.perf_counter() - start
+    while True:
+        for _ in range(n):
+            t0 = time.perf_counter_ns()
+            op()
+            samples.append(time.perf_counter_ns() - t0)
+        if time.perf_counter() - start >= min_s:
+            return samples, time.perf_counter() - start
+
+
+def burst_rate(burst: Callable[[], None], calls: int, min_s: float = 0.0) -> float:
+    """Calls per second of ``burst`` (which makes ``calls`` calls), run again and again until
+    ``min_s`` seconds have passed (once at least)."""
+    bursts = 0
+    start = time.perf_counter()
+    while True:
+        burst()
+        bursts += 1
+        total = time.perf_counter() - start
+        if total >= min_s:
+            return bursts * calls / total
 
 
 def gb_per_s(size_bytes: int, seconds: Sequence[float]) -> Metrics:

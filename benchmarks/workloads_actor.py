@@ -32,6 +32,7 @@ from benchmarks._common import (
     Metrics,
     Params,
     Workload,
+    burst_rate,
     gb_per_s,
     latency_metrics,
     timed_loop,
@@ -84,19 +85,21 @@ def wait_exit(procs: list[psutil.Process], limit_s: float = EXIT_WAIT_S) -> floa
 def sync_rtt(p: Params) -> Metrics:
     with spawned(1, SyncPinger) as mesh:
         _warm_up(mesh, p.warmup_calls)
-        samples, total = timed_loop(lambda: mesh.ping.call_one(1).get(), p.rtt_calls)
+        samples, total = timed_loop(lambda: mesh.ping.call_one(1).get(), p.rtt_calls, p.min_s)
     return latency_metrics(samples, total, "calls_per_s")
 
 
 def pipelined(p: Params) -> Metrics:
     with spawned(1, SyncPinger) as mesh:
         _warm_up(mesh, p.warmup_calls)
-        start = time.perf_counter()
-        futs = [mesh.ping.call_one(i) for i in range(p.pipelined_calls)]
-        for fut in futs:
-            fut.get()
-        total = time.perf_counter() - start
-    return {"calls_per_s": p.pipelined_calls / total}
+
+        def burst() -> None:
+            futs = [mesh.ping.call_one(i) for i in range(p.pipelined_calls)]
+            for fut in futs:
+                fut.get()
+
+        rate = burst_rate(burst, p.pipelined_calls, p.min_s)
+    return {"calls_per_s": rate}
 
 
 def _bcast_gather(n: int, p: Params) -> Metrics:
@@ -105,7 +108,7 @@ def _bcast_gather(n: int, p: Params) -> Metrics:
         assert len(list(replies.values())) == n, "gather returned the wrong number of replies"
         for _ in range(5):
             mesh.ping.call(1).get()
-        samples, total = timed_loop(lambda: mesh.ping.call(1).get(), p.bcast_iters)
+        samples, total = timed_loop(lambda: mesh.ping.call(1).get(), p.bcast_iters, p.min_s)
     return latency_metrics(samples, total, "casts_per_s")
 
 

@@ -24,6 +24,7 @@ from benchmarks._common import (
     Metrics,
     Params,
     Workload,
+    burst_rate,
     gb_per_s,
     latency_metrics,
     timed_loop,
@@ -201,19 +202,22 @@ def wait_exit(procs: list[psutil.Process], limit_s: float = EXIT_WAIT_S) -> floa
 def sync_rtt(p: Params) -> Metrics:
     with spawned(SyncPinger) as actor:
         _warm_up(actor, p.warmup_calls)
-        samples, total = timed_loop(lambda: ray.get(actor.ping.remote(1)), p.rtt_calls)
+        samples, total = timed_loop(lambda: ray.get(actor.ping.remote(1)), p.rtt_calls,
+                                    p.min_s)
     return latency_metrics(samples, total, "calls_per_s")
 
 
 def pipelined(p: Params) -> Metrics:
     with spawned(SyncPinger) as actor:
         _warm_up(actor, p.warmup_calls)
-        start = time.perf_counter()
-        refs = [actor.ping.remote(i) for i in range(p.pipelined_calls)]
-        for ref in refs:
-            ray.get(ref)
-        total = time.perf_counter() - start
-    return {"calls_per_s": p.pipelined_calls / total}
+
+        def burst() -> None:
+            refs = [actor.ping.remote(i) for i in range(p.pipelined_calls)]
+            for ref in refs:
+                ray.get(ref)
+
+        rate = burst_rate(burst, p.pipelined_calls, p.min_s)
+    return {"calls_per_s": rate}
 
 
 def _bcast_gather(n: int, p: Params) -> Metrics:
@@ -223,7 +227,7 @@ def _bcast_gather(n: int, p: Params) -> Metrics:
     with spawned_list(n, SyncPinger) as actors:
         for _ in range(5):
             cast()
-        samples, total = timed_loop(cast, p.bcast_iters)
+        samples, total = timed_loop(cast, p.bcast_iters, p.min_s)
     return latency_metrics(samples, total, "casts_per_s")
 
 
