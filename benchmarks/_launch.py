@@ -75,11 +75,7 @@ def _kill_tree(proc: subprocess.Popen[str]) -> None:
         family = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
     except psutil.NoSuchProcess:
         family = []
-    for p in family:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
+    _kill_all(family)
     try:
         os.killpg(proc.pid, signal.SIGKILL)  # the child leads its own process group
     except (ProcessLookupError, PermissionError):
@@ -109,12 +105,16 @@ def _reap_session(sid: int) -> None:
     names = ", ".join(f"{p.pid}" for p in left[:8])
     print(f"[bench] the run left {len(left)} process(es) behind ({names}); killing them",
           file=sys.stderr, flush=True)
-    for p in left:
+    _kill_all(left)
+    psutil.wait_procs(left, timeout=REAP_TIMEOUT_S)
+
+
+def _kill_all(procs: list[psutil.Process]) -> None:
+    for p in procs:
         try:
             p.kill()
-        except psutil.Error:
+        except psutil.Error:  # gone already
             pass
-    psutil.wait_procs(left, timeout=REAP_TIMEOUT_S)
 
 
 def _stderr_tail(path: Path) -> str:
