@@ -88,8 +88,8 @@ def _in_session(sid: int) -> list[psutil.Process]:
     found = []
     for p in psutil.process_iter():
         try:
-            if os.getsid(p.pid) == sid:
-                found.append(p)
+            if os.getsid(p.pid) == sid and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)  # (a zombie uses nothing; its parent or init reaps it)
         except (ProcessLookupError, PermissionError, psutil.Error):
             pass
     return found
@@ -98,7 +98,8 @@ def _in_session(sid: int) -> list[psutil.Process]:
 def _reap_session(sid: int) -> None:
     """Kill whatever the run left in its session (the child leads it) and wait until it is
     gone, so that the next run starts on a machine as quiet as this one did: a framework
-    whose processes outlive its script (or take seconds to die) would load the next run."""
+    whose processes outlive its script (or take seconds to die) would load the next run.
+    Only its session: a process that started a session of its own is out of reach."""
     left = _in_session(sid)
     if not left:
         return
@@ -106,7 +107,18 @@ def _reap_session(sid: int) -> None:
     print(f"[bench] the run left {len(left)} process(es) behind ({names}); killing them",
           file=sys.stderr, flush=True)
     _kill_all(left)
-    psutil.wait_procs(left, timeout=REAP_TIMEOUT_S)
+    _, alive = psutil.wait_procs(left, timeout=REAP_TIMEOUT_S)
+    alive = [p for p in alive if _running(p)]
+    if alive:
+        print(f"[bench] {len(alive)} of them still there after {REAP_TIMEOUT_S:.0f} s: "
+              f"{', '.join(str(p.pid) for p in alive[:8])}", file=sys.stderr, flush=True)
+
+
+def _running(p: psutil.Process) -> bool:
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _kill_all(procs: list[psutil.Process]) -> None:

@@ -38,6 +38,6 @@ def test_what_a_run_leaves_in_its_session_is_killed_and_waited_for() -> None:
     assert psutil.pid_exists(grandchild) and os.getsid(grandchild) == proc.pid
     assert os.getpgid(grandchild) != proc.pid  # killpg alone would miss it
     _kill_tree(proc)
-    assert _in_session(proc.pid) == []
+    assert _in_session(proc.pid) == []  # (a zombie, not reaped yet, is not counted)
     assert not psutil.pid_exists(grandchild) or \
         psutil.Process(grandchild).status() == psutil.STATUS_ZOMBIE

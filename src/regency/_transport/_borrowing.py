@@ -170,9 +170,9 @@ class Borrowing:
 
     def sweep(self, now: float, linger: float) -> None:
         """Resume the connection if it lingered ``linger`` seconds (the poller's sweep, on
-        the loop); leave the sweep once it neither lingers nor lingered lately (a connection
-        borrowed again and again stays listed: no re-listing, which wakes the loop, each
-        time the sweep passes while it is borrowed)."""
+        the loop); leave the sweep once no borrow of it ended within the last ``linger``
+        seconds (a connection borrowed again and again stays listed: no re-listing, which
+        wakes the loop, each time the sweep passes while it is borrowed)."""
         with self._state:
             if now - self.since < linger:
                 return  # lingering for a short while, or borrowed since it lingered lately

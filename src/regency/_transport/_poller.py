@@ -18,7 +18,8 @@ soon as it is resumed.
 actor) would pause and resume the same socket around every read. Instead, a borrow that
 ends leaves the socket paused for the next one (it *lingers*), and :meth:`Poller.track`
 has the loop resume it once it has lingered ``linger`` seconds with no borrow taking it
-(:meth:`Poller._sweep`, a timer that runs only while something lingers). Whatever arrives
+(:meth:`Poller._sweep`, a timer that runs only while something lingers or a borrow of it
+ended within the last ``linger`` seconds). Whatever arrives
 meanwhile for the loop waits at most about twice ``linger`` (config ``borrow_linger``).
 
 :class:`Waker` is what a borrowing thread polls besides the socket: anything else that should
@@ -54,8 +55,8 @@ class Lingering(Protocol):
     """What the poller's sweep asks of a connection's borrowing that lingers."""
 
     def sweep(self, now: float, linger: float) -> None:
-        """Resume it if it lingered ``linger`` seconds; ``untrack`` it once it no longer
-        lingers."""
+        """Resume it if it lingered ``linger`` seconds; ``untrack`` it once no borrow of it
+        ended within the last ``linger`` seconds."""
         ...
 
 
@@ -115,7 +116,7 @@ class Poller:
                 pass  # closed meanwhile: nothing left to read
 
     def track(self, item: Lingering) -> None:
-        """Sweep ``item`` until it stops lingering (any thread; see the module's notes)."""
+        """Sweep ``item`` until it is left alone (its ``sweep`` says when; any thread)."""
         with self._sweep_lock:
             self._lingering.add(item)
             if self._sweeping or self._closed:
@@ -214,9 +215,9 @@ class Waker:
 
         For the first ``spin`` seconds it polls without sleeping: on virtual machines,
         waking a sleeping thread costs tens of microseconds, more than a quick reply takes.
-        Adaptive: it spins only while the previous wait ended within ``spin`` (a thread
-        whose replies are slow, or that shares few cores with many others, soon sleeps at
-        once).
+        Adaptive: it spins only while the previous wait that was allowed to spin ended
+        within ``spin`` (a thread whose replies are slow soon sleeps at once); a wait with
+        no spin (a busy machine) sleeps at once and does not count.
         """
         if fd != self._watched:
             if self._watched >= 0:
@@ -235,7 +236,7 @@ class Waker:
             events = poll(_millis(timeout, start))
             self._quick = time.perf_counter() - start <= spin
         else:  # no spin (a busy machine): one system call, which returns at once if ready
-            events = poll(None if timeout is None else int(timeout * 1000 + 0.999))
+            events = poll(_millis(timeout, time.perf_counter()))
         readable = False
         for got, _ in events:
             if got == self.fd:
