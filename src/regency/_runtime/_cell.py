@@ -7,7 +7,8 @@ and ``__cleanup__`` after all earlier ones.
 
 * Sync actors get a thread of their own, so a blocking ``.get()`` inside an endpoint is legal:
   the loop that must deliver its reply is elsewhere. While its mailbox is empty, the thread
-  reads the connection its last message came on itself (:meth:`Connection.read_here`) and
+  reads the connection its last message came on itself (its ``read_here``, the borrowing's
+  :meth:`~regency._transport._borrowing.Borrowing.read_here`) and
   runs the calls for it it finds there without a hop through the loop; anything else it
   reads goes back to the loop, in order.
 * Async actors run as one task on the proc's loop; ``await`` inside an endpoint does not let
