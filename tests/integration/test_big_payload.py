@@ -33,9 +33,11 @@ def test_an_argument_over_2_gib_arrives_whole_without_extra_copies() -> None:
         nbytes, first, last, during = mesh.describe.call_one(a).get(timeout=150)
         assert (nbytes, first, last) == (size, 3, 9)
         # One copy of the payload for the receiver (shared memory it maps), no more: no
-        # pickle of it, no second buffer. Allow a quarter for the noise of a shared machine.
+        # pickle of it, no second buffer. The measure is the whole machine's, so whatever
+        # else runs there moves it (a stress run beside another test run saw 1.25x): the
+        # bound sits halfway between one copy (1x) and two (2x).
         used = before - during
         print(f"memory used by the transfer: {used / size:.2f}x the payload")
-        assert used < 1.25 * size, f"the transfer took {used / size:.2f}x the payload"
+        assert used < 1.5 * size, f"the transfer took {used / size:.2f}x the payload"
     finally:
         procs.stop().get(timeout=60)
