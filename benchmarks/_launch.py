@@ -88,7 +88,7 @@ def _in_session(sid: int) -> list[psutil.Process]:
     found = []
     for p in psutil.process_iter():
         try:
-            if os.getsid(p.pid) == sid and p.status() != psutil.STATUS_ZOMBIE:
+            if os.getsid(p.pid) == sid and _running(p):
                 found.append(p)  # (a zombie uses nothing; its parent or init reaps it)
         except (ProcessLookupError, PermissionError, psutil.Error):
             pass
