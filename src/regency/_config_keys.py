@@ -87,6 +87,10 @@ REGENCY_KEYS: dict[str, Key] = {k.name: k for k in (
     _key("sigterm_grace", "duration", 20.0,
          "after SIGTERM, how long the controller's cleanup may take before it exits with 143"),
     _key("malloc_reuse", "bool", True, "reuse receive buffers"),
+    _key("gc_freeze", "bool", True,
+         "when the controller's runtime starts, move the objects alive then out of the "
+         "garbage collector's passes (gc.freeze): cheaper bursts of calls; an object frozen "
+         "then that later dies in a reference cycle is not reclaimed"),
     _key("borrow_reads", "bool", True, "borrow receive buffers for unpickling"),
     _key("borrow_spin", "duration", 0.0001, "how long a borrowed read spins before sleeping"),
     _key("borrow_spin_busy", "bool", False, "spin even when the machine is busy"),

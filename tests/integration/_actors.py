@@ -650,6 +650,15 @@ class EnvProbe(Actor):
         return os.environ.get(var), os.getcwd()
 
 
+class HeapProbe(Actor):
+    @endpoint
+    def frozen(self) -> int:
+        """How many objects of this proc the garbage collector skips (``gc.freeze``)."""
+        import gc
+
+        return gc.get_freeze_count()
+
+
 def boot_record_rank() -> None:
     """A spawn_procs bootstrap: runs in each new proc before any actor."""
     os.environ["REGENCY_TEST_BOOT"] = repr(sorted(dict(current_rank()).items()))

@@ -227,3 +227,26 @@ def test_a_timed_out_plain_wait_leaves_the_cell_to_be_finished() -> None:
     assert not c.wait_plain(timeout=0)
     c.set_result(3)
     assert c.wait_plain(timeout=0) and c.wait_plain() and c.outcome() == 3
+
+
+class _Describer:
+    """A ``Pending`` label: says what is pending only when asked (a call's collector)."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def pending_text(self) -> str:
+        self.asked += 1
+        return "p.ping() on ranks [3]"
+
+
+def test_a_label_object_is_asked_only_on_timeout_and_dropped_when_done() -> None:
+    who = _Describer()
+    c = Completion(who)
+    fut: Future[int] = Future._from(c)
+    assert who.asked == 0
+    with pytest.raises(TimeoutError, match=r"still waiting for p\.ping\(\) on ranks \[3\]"):
+        fut.get(timeout=0.01)
+    assert c.describe() == "p.ping() on ranks [3]"
+    c.set_result(1)
+    assert c.label == "" and c.describe() == ""  # the describer is let go: no cycle through it

@@ -24,6 +24,7 @@ from .._debug._stacks import serve_dumps
 from .._mesh import Extent, Point
 from .._runtime import _current, _output
 from .._runtime._aggregate import flush_all as flush_windows
+from .._runtime._heap import freeze_start_heap
 from .._runtime._host_agent import HostAgent
 from .._runtime._host_agent import _write_lines as write_now
 from .._runtime._malloc import reuse_freed_memory
@@ -81,6 +82,8 @@ def _start_controller() -> Runtime:
     _current.set_runtime(rt)
     if observe.enabled():
         observe.start_controller(rt)
+    if config.get("gc_freeze"):
+        freeze_start_heap()  # full GC passes skip what the script has imported (once)
     return rt
 
 

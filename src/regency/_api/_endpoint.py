@@ -256,23 +256,33 @@ def _sender() -> str:
     return ctx.actor_instance.actor_id if ctx is not None else "root"
 
 
-class _Collector:
-    """A reply port on the caller, failing when a member it waits on dies."""
+class _Collector(ReplyReader):
+    """A reply port on the caller, failing when a member it waits on dies.
+
+    It is its port's handler, its completion's description and, when one address answers,
+    its completion's reader: one object per call where there were four (the objects of
+    calls in flight are what the garbage collector looks at, again and again)."""
 
     any_thread = False  # whether its handler may run on a thread that read the reply itself
 
     def __init__(self, rt: Runtime, route: Route, label: str, uid: str = "",
                  endpoint: str = "") -> None:
-        self.rt = rt
         self.route = route
         self.label = label
         self.uid = uid  # for the supervisor: which mesh and endpoint this call waits on
         self.endpoint = endpoint
-        self.expected: set[int] = set(route.ranks)
-        # the collector is its port's handler itself: no bound method kept per call (the
-        # objects of calls in flight are what the garbage collector has to look at)
-        self.port_id = rt.open_port(self, route.targets, self.any_thread)
-        rt.collectors[self.port_id] = self
+        self.got: set[int] | None = None  # the ranks that replied (made by the first reply)
+        port_id = rt.open_port(self, route.targets, self.any_thread)
+        one = route.tree is None and len(route.addrs) == 1  # one proc answers: read it here
+        super().__init__(rt, port_id, route.addrs[0] if one else "", defer_interrupts)
+        rt.collectors[port_id] = self
+
+    @property
+    def expected(self) -> set[int]:
+        """The ranks whose replies are still pending."""
+        got = self.got
+        ranks = self.route.ranks
+        return set(ranks) if got is None else {g for g in ranks if g not in got}
 
     def __call__(self, reply: m.Reply, frame: list[memoryview]) -> None:
         """The port's handler (``Runtime.open_port``): one reply, on whichever thread
@@ -287,7 +297,11 @@ class _Collector:
             self.fail(RuntimeError(f"{self.label}: could not unpickle the reply: {exc!r}"))
             return
         if rank is not None:
-            self.expected.discard(rank)
+            got = self.got
+            if got is None:
+                self.got = {rank}
+            else:
+                got.add(rank)
         if status == m.OK:
             self.value(rank, value)
         else:
@@ -318,10 +332,9 @@ class _Gather(_Collector):
                  endpoint: str = "") -> None:
         super().__init__(rt, route, label, uid, endpoint)
         self.values: dict[int, Any] = {}
-        self.completion = Completion(self.pending_text)
-        if route.tree is None and len(route.addrs) == 1:  # one proc answers: read it here
-            self.completion.reader = ReplyReader(rt, route.addrs[0], self.port_id,
-                                                 defer_interrupts)
+        self.completion = Completion(self)
+        if self.reply_from:
+            self.completion.reader = self
 
     def value(self, rank: int | None, value: Any) -> None:
         assert rank is not None
@@ -348,7 +361,7 @@ class _Stream(_Collector):
     def __init__(self, rt: Runtime, route: Route, label: str, uid: str = "",
                  endpoint: str = "") -> None:
         super().__init__(rt, route, label, uid, endpoint)
-        self.slots = [Completion(self.pending_text) for _ in route.ranks]
+        self.slots = [Completion(self) for _ in route.ranks]
         self.next = 0
 
     def _take(self) -> Completion | None:

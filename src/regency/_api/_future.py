@@ -93,7 +93,7 @@ class Future(Generic[R]):
         if not c.done():
             self._guard_blocking()
             if not _wait(c, timeout):
-                label = c.label() if callable(c.label) else c.label
+                label = c.describe()
                 what = f": still waiting for {label}" if label else ""
                 raise TimeoutError(f"no result within {timeout}s{what}"
                                    f"{where_stuck(c.label, timeout)}")

@@ -238,11 +238,12 @@ class Supervisor:
         for call_id, c in list(collectors.items()):
             if call_id in self._known_calls or getattr(c, "route", None) is None:
                 continue  # known already, or a plain waiter (see _release_waiters)
-            if not c.expected:
+            expected = c.expected
+            if not expected:
                 continue
             route = c.route
-            addrs = {g: a for g, a in zip(route.ranks, route.addrs) if g in c.expected}
-            events.append(CallStarted(call_id, c.uid, frozenset(c.expected), c.endpoint,
+            addrs = {g: a for g, a in zip(route.ranks, route.addrs) if g in expected}
+            events.append(CallStarted(call_id, c.uid, frozenset(expected), c.endpoint,
                                       addrs, cause_id=self._cause("call")))
             self._known_calls.add(call_id)
         return events

@@ -224,13 +224,14 @@ MIN_TIMEOUT_FOR_STACKS = 1.0
 def where_stuck(label: Any, timeout: float | None) -> str:
     """For a ``TimeoutError``: the grouped stacks of the procs a call still waits on.
 
-    ``label`` is the pending call's label (a collector's ``pending_text``); "" when the
-    stacks cannot be had (not a call, a short timeout, ``timeout_stack_dump`` off)."""
+    ``label`` is the pending result's ``Completion.label``: a call's collector, or a string
+    (not a call); "" when the stacks cannot be had (not a call, a short timeout,
+    ``timeout_stack_dump`` off)."""
     from .. import config
     from .._api._state import api_state
     from .._runtime import _current
 
-    collector = getattr(label, "__self__", None)
+    collector = None if isinstance(label, str) else label
     route = getattr(collector, "route", None)
     rt = _current.get()
     if (rt is None or route is None or timeout is None or timeout < MIN_TIMEOUT_FOR_STACKS

@@ -169,23 +169,36 @@ def runnable() -> int:
 
 
 class ReplyReader:
-    """``Completion.reader`` of a call whose replies all come from one address."""
+    """``Completion.reader`` of a call whose replies all come from one address.
 
-    __slots__ = ("addr", "guard", "port_id", "reading", "rt", "taken")
+    A call's collector extends it: it is the call's reply port (its ``__call__`` handles a
+    reply) and its own completion's reader, so waiting by reading costs no object per call
+    (the objects of calls in flight are what the garbage collector looks at, again and
+    again, in a burst of calls).
+    """
 
-    def __init__(self, rt: Runtime, addr: str, port_id: int,
+    def __init__(self, rt: Runtime, port_id: int, reply_from: str = "",
                  guard: AbstractContextManager[Any] | None = None) -> None:
         self.rt = rt
-        self.addr = addr
         self.port_id = port_id
+        self.reply_from = reply_from  # the address every reply comes from ("": several)
         self.guard = guard  # entered while frames are read and handled (see read_here)
         self.taken: list[Inbound] = _NOTHING  # while a thread reads: what it took
         self.reading = False  # one thread reads for a call; others wait plainly (_READING)
 
-    def __call__(self, c: Completion, timeout: float | None) -> bool:
+    def __call__(self, reply: Reply, frame: list[memoryview]) -> None:
+        """Handle one reply to the port (on whichever thread read it): the subclass's.
+
+        Defined here too, since mypyc lays out the attributes of a class with ``__call__``
+        after a slot of its own: a compiled base must have it when its subclass does."""
+        raise NotImplementedError
+
+    def read_for(self, c: Completion, timeout: float | None) -> bool:
+        """Wait for ``c`` by reading its replies' connection here (``timeout`` seconds at
+        most); whether it is done. Waits on its lock when it cannot read."""
         rt = self.rt
         here = rt.read_here
-        conn = here.came_from(self.addr)
+        conn = here.came_from(self.reply_from)
         if conn is None or rt.on_loop() or not self._start_reading():
             return c.wait_plain(timeout)
         self.taken = []
@@ -197,8 +210,8 @@ class ReplyReader:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
-                if not conn.read_here(self._take, waker, left, c.done, spin=here.spin_now(),
-                                      guard=self.guard):
+                if not conn.read_here(self._take_reply, waker, left, c.done,
+                                      spin=here.spin_now(), guard=self.guard):
                     return c.wait_plain(left)
                 if self.taken:
                     # the handlers run here: finishing ``c`` need not wake this very thread
@@ -226,11 +239,11 @@ class ReplyReader:
     def release(self) -> None:
         """The result will be waited for without reading (awaited, or a callback): if a
         borrow left the connection paused, let the loop read it now."""
-        conn = self.rt.read_here.came_from(self.addr)
+        conn = self.rt.read_here.came_from(self.reply_from)
         if conn is not None:
             conn.end_linger()
 
-    def _take(self, inbound: Inbound) -> bool:
+    def _take_reply(self, inbound: Inbound) -> bool:
         """Replies to this call, and to other calls whose collectors may run on any thread
         (pipelined calls answered on this connection: no trip through the loop for them)."""
         reply, _frame = inbound

@@ -9,15 +9,32 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
+
+from .._transport._checkpoint import checkpoint
 
 _PENDING = object()
+_SLICE_S = 0.2  # the main thread waits in slices, running pending signal handlers between
 _FINISH = threading.Lock()  # finishing is check-then-set, and so is adding a callback
 
-#: ``reader(completion, timeout) -> done``: waits by reading the reply's connection itself
-#: (a ``release()`` of its own, if any, is called when the loop must complete us instead)
-Reader = Callable[["Completion", "float | None"], bool]
+
+class Reader(Protocol):
+    """A faster way to wait than the lock: reading the reply's connection itself."""
+
+    def read_for(self, c: Completion, timeout: float | None) -> bool:
+        """Wait for ``c`` by reading (``timeout`` seconds at most); whether it is done."""
+
+    def release(self) -> None:
+        """The loop must complete ``c`` instead: let it read whatever a read left paused."""
+
+
+class Pending(Protocol):
+    """What a result waits for, said only when asked (a timeout): a call's collector."""
+
+    def pending_text(self) -> str:
+        """What is still pending, in words."""
 
 
 class Completion:
@@ -25,14 +42,19 @@ class Completion:
 
     __slots__ = ("_callbacks", "_exc", "_lock", "_value", "label", "reader", "waker")
 
-    def __init__(self, label: str | Callable[[], str] = "") -> None:
+    def __init__(self, label: str | Pending = "") -> None:
         self._lock: threading.Lock | None = None  # made by the first plain waiter (held)
         self._value: Any = _PENDING
         self._exc: BaseException | None = None
         self._callbacks: list[Callable[[Completion], None]] | None = None
-        self.label = label  # what is pending, for timeout messages
+        self.label = label  # what is pending, for timeout messages (see ``describe``)
         self.reader: Reader | None = None  # a faster way to wait, where there is one
         self.waker: Any = None  # woken when done: a thread waiting through ``reader``
+
+    def describe(self) -> str:
+        """What is pending, in words ("" once done, or when nobody said)."""
+        label = self.label
+        return label if isinstance(label, str) else label.pending_text()
 
     def done(self) -> bool:
         """Whether a value or an exception is set."""
@@ -55,7 +77,7 @@ class Completion:
             callbacks, self._callbacks = self._callbacks, None  # none can be added from now
             lock = self._lock
         if not isinstance(self.label, str):
-            self.label = ""  # a describer may hold its owner, which holds us: no cycle
+            self.label = ""  # a collector describes us and holds us: no cycle once done
         self.reader = None
         if lock is not None:
             lock.release()
@@ -72,7 +94,7 @@ class Completion:
             return True
         reader = self.reader
         if reader is not None:
-            return reader(self, timeout)
+            return reader.read_for(self, timeout)
         return self.wait_plain(timeout)
 
     def wait_plain(self, timeout: float | None = None) -> bool:
@@ -86,7 +108,7 @@ class Completion:
                 if lock is None:
                     lock = self._lock = threading.Lock()
                     lock.acquire()
-        ok = lock.acquire(timeout=-1 if timeout is None else max(timeout, 0.0))
+        ok = _acquire(lock, timeout)
         if ok:
             lock.release()
         return ok
@@ -126,9 +148,9 @@ class Completion:
     def _loop_reads(self) -> None:
         """The loop completes us now (a callback, an ``await``): a connection a borrowed read
         left paused (the reader's ``release()``) must not keep the result waiting."""
-        release = getattr(self.reader, "release", None)
-        if release is not None:
-            release()
+        reader = self.reader
+        if reader is not None:
+            reader.release()
 
     def as_asyncio(self) -> asyncio.Future[Any]:
         """An asyncio future on the running loop that completes with this cell."""
@@ -144,6 +166,22 @@ class Completion:
 
         self.add_done_callback(copy)
         return fut
+
+
+def _acquire(lock: threading.Lock, timeout: float | None) -> bool:
+    """``lock.acquire`` with a timeout. On the main thread, in slices with a
+    ``checkpoint()`` before each: a Ctrl-C that came while compiled code ran just before
+    ends the wait within a slice, not at its end."""
+    if threading.current_thread() is not threading.main_thread():
+        return lock.acquire(timeout=-1 if timeout is None else max(timeout, 0.0))
+    deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
+    while True:
+        checkpoint()
+        left = _SLICE_S if deadline is None else min(_SLICE_S, deadline - time.monotonic())
+        if lock.acquire(timeout=max(left, 0.0)):
+            return True
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
 
 
 def _transfer(src: Completion, dst: asyncio.Future[Any]) -> None:

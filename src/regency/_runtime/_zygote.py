@@ -185,10 +185,12 @@ def main() -> None:
     # SIGKILLed (parent-death signal) before their __cleanup__ could run.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sock = socket.socket(fileno=int(sys.argv[1]))
+    from ._heap import freeze_start_heap
     from ._malloc import reuse_freed_memory
 
     reuse_freed_memory()  # inherited by every proc forked from here
     _preload()
+    freeze_start_heap()  # so is this: a proc's full GC passes skip what the preload made
     serve(sock)
 
 

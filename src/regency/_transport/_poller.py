@@ -37,6 +37,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from ._checkpoint import checkpoint
+
 __all__ = ["Poller", "Waker"]
 
 _EVENTS = select.EPOLLIN
@@ -190,14 +192,21 @@ def _millis(timeout: float | None, start: float) -> int | None:
     return int(max(0.0, timeout - (time.perf_counter() - start)) * 1000 + 0.999)
 
 
+#: The main thread sleeps in slices this long (ms), running pending signal handlers before
+#: each: a signal that came just before a slice began waits for its end at most.
+MAIN_SLICE_MS = 200
+
+
 class Waker:
     """An ``eventfd`` a borrowing thread polls: ``wake()`` ends its wait (any thread)."""
 
-    __slots__ = ("_poll", "_quick", "_watched", "armed", "fd")
+    __slots__ = ("_main", "_poll", "_quick", "_watched", "armed", "fd")
 
     def __init__(self) -> None:
         self.fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self.armed = False  # a thread is (about to be) waiting on it
+        # made by the main thread, where signal handlers run (a waker serves one thread)
+        self._main = threading.get_ident() == threading.main_thread().ident
         self._poll = select.poll()
         self._poll.register(self.fd, select.POLLIN)
         self._watched = -1
@@ -229,14 +238,14 @@ class Waker:
             start = time.perf_counter()
             events = _spin(poll, spin if timeout is None else min(spin, timeout))
             if not events:
-                events = poll(_millis(timeout, start))
+                events = self._sleep(poll, timeout, start)
             self._quick = time.perf_counter() - start <= spin
         elif spin > 0:  # not spinning this time: sleep at once, and see whether to next time
             start = time.perf_counter()
-            events = poll(_millis(timeout, start))
+            events = self._sleep(poll, timeout, start)
             self._quick = time.perf_counter() - start <= spin
         else:  # no spin (a busy machine): one system call, which returns at once if ready
-            events = poll(_millis(timeout, time.perf_counter()))
+            events = self._sleep(poll, timeout, time.perf_counter())
         readable = False
         for got, _ in events:
             if got == self.fd:
@@ -247,6 +256,22 @@ class Waker:
             else:
                 readable = True
         return readable
+
+    def _sleep(self, poll: Callable[[int | None], list[tuple[int, int]]],
+                timeout: float | None, start: float) -> list[tuple[int, int]]:
+        """Poll until an event or the end of ``timeout`` (seconds from ``start``). The main
+        thread polls in slices and lets pending signal handlers run before each (see
+        :mod:`regency._transport._checkpoint`): Ctrl-C ends its wait within a slice."""
+        if not self._main:
+            return poll(_millis(timeout, start))
+        while True:
+            checkpoint()
+            left = _millis(timeout, start)
+            if left is not None and left <= MAIN_SLICE_MS:
+                return poll(left)
+            events = poll(MAIN_SLICE_MS)
+            if events:
+                return events
 
     def close(self) -> None:
         """Give the descriptor back."""
