@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .._mesh import Shape
-from .._runtime._borrow import ReplyReader
+from .._runtime import _current as _current_runtime
+from .._runtime._borrow import ReplyReader, defer_interrupts
 from .._runtime._completion import Completion
 from .._runtime._pickling import describe_unpicklable, dumps_call
 from .._runtime._runtime import Runtime
@@ -27,7 +28,6 @@ from .._wire import encode_call
 from ..errors import SupervisionError
 from . import _future
 from ._context import _current
-from ._failfast import defer_interrupts
 from ._future import Future
 from ._process import runtime
 from ._replies import decode, to_exception
@@ -70,10 +70,10 @@ class Endpoint(Generic[R]):
             if sent is not NOT_TENSORS:
                 return sent
         route = self._mesh._route
-        rt = runtime()
+        rt = _rt()
         collector = _Gather(rt, route, self._label, self._mesh._uid, self._name)
         self._send(rt, args, kwargs, collector, route)
-        return Future._of_call(collector.completion, self._mesh._uid, route, self._label)
+        return Future._of_call(collector.completion, collector)
 
     def call_one(self, *args: Any, **kwargs: Any) -> Future[R]:
         """Call a mesh of exactly one member; a Future of its reply."""
@@ -108,10 +108,10 @@ class Endpoint(Generic[R]):
             if sent is not NOT_TENSORS:
                 return sent
         route = self._mesh._route
-        rt = runtime()
+        rt = _rt()
         collector = _Stream(rt, route, self._label, self._mesh._uid, self._name)
         self._send(rt, args, kwargs, collector, route)
-        guard = _Guard(self._mesh._uid, route, self._label)
+        guard = _Guard(rt, self._mesh._uid, route, self._label)
         return iter([Future._from(c, guard) for c in collector.slots])
 
     def broadcast(self, *args: Any, **kwargs: Any) -> None:
@@ -120,7 +120,7 @@ class Endpoint(Generic[R]):
             sent = tensor_calls(self, "broadcast", args, kwargs)
             if sent is not NOT_TENSORS:
                 return sent
-        self._send(runtime(), args, kwargs, None, self._mesh._route)
+        self._send(_rt(), args, kwargs, None, self._mesh._route)
 
     def rref(self, *args: Any, **kwargs: Any) -> Any:
         """Call every member in the op stream of the active device mesh; the result stays
@@ -132,10 +132,10 @@ class Endpoint(Generic[R]):
 
     # -- internals -------------------------------------------------------------------------
     def _one(self, route: Route, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Future[R]:
-        rt = runtime()
+        rt = _rt()
         collector = _One(rt, route, self._label, self._mesh._uid, self._name)
         self._send(rt, args, kwargs, collector, route)
-        return Future._of_call(collector.completion, self._mesh._uid, route, self._label)
+        return Future._of_call(collector.completion, collector)
 
     def _send(self, rt: Runtime, args: tuple[Any, ...], kwargs: dict[str, Any],
               reply: _Collector | tuple[str, int] | None, route: Route) -> None:
@@ -184,39 +184,47 @@ class Endpoint(Generic[R]):
 class _Guard:
     """Why blocking on a call's result would never return, if it would not."""
 
-    __slots__ = ("label", "route", "uid")
+    __slots__ = ("label", "route", "rt", "uid")
 
-    def __init__(self, uid: str, route: Route, label: str) -> None:
+    def __init__(self, rt: Runtime, uid: str, route: Route, label: str) -> None:
+        self.rt = rt
         self.uid = uid
         self.route = route
         self.label = label
 
     def __call__(self) -> str | None:
-        return call_problem(self.uid, self.route, self.label, False)
+        return call_problem(self, False)
 
     def awaiting(self) -> str | None:
         """The problem with waiting (blocking or awaiting) on this call, if any."""
-        return call_problem(self.uid, self.route, self.label, True)
+        return call_problem(self, True)
 
 
-def call_problem(uid: str, route: Route, label: str, awaiting: bool) -> str | None:
-    """Why waiting on a call to mesh ``uid`` along ``route`` would never end, if it would not:
+def call_problem(call: _Collector | _Guard, awaiting: bool) -> str | None:
+    """Why waiting on ``call`` (its collector, or a guard) would never end, if it would not:
     blocking in an async actor's loop, or an actor waiting on a call to itself."""
-    if not awaiting and runtime().on_loop():
-        return (f"blocking .get() on {label} inside an async actor would block its "
+    if not awaiting and threading.get_ident() == call.rt.loop_thread_id:
+        return (f"blocking .get() on {call.label} inside an async actor would block its "
                 "event loop forever; use `await` instead")
     ctx = _current.get(None)
-    if ctx is not None and ctx.actor_instance.mesh_uid == uid and not getattr(
+    if ctx is not None and ctx.actor_instance.mesh_uid == call.uid and not getattr(
         ctx, "concurrent", False
     ):
         rank = getattr(ctx, "global_rank", ctx.actor_instance.rank.rank)
-        if rank in route.ranks:
-            return (f"{label} calls the actor's own endpoint and blocks on the result: "
+        if rank in call.route.ranks:
+            return (f"{call.label} calls the actor's own endpoint and blocks on the result: "
                     "it would deadlock, since an actor handles one message at a time")
     return None
 
 
 _future.call_problem = call_problem  # what a call's Future asks before it waits
+
+
+def _rt() -> Runtime:
+    """The runtime (started on first use), without a call into an interpreted module when
+    it runs already."""
+    rt = _current_runtime.active
+    return rt if rt is not None else runtime()
 
 
 def _positional_range(sig: inspect.Signature | None) -> tuple[int, int] | None:

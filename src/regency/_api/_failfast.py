@@ -18,6 +18,7 @@ from typing import Any
 
 from .. import config
 from .._runtime import _output
+from .._runtime._borrow import defer_interrupts
 
 _exit_code: int | None = None
 _installed = False
@@ -72,37 +73,7 @@ def install_handler() -> None:
     _installed = True
 
 
-class _Deferral:
-    """``with defer_interrupts:`` a SIGINT (Ctrl-C, fail fast) or a SIGTERM waits for the end
-    of the block.
-
-    For the few lines where the main thread reads frames off a socket itself (a blocked
-    ``get()``, see ``regency._runtime._borrow``): an exception there would lose a frame it
-    had read but not yet kept. Blocking in ``poll`` is outside such a block: an interrupt
-    still ends a wait at once. Only the main thread (where signal handlers run) defers.
-    """
-
-    __slots__ = ("depth", "pending")
-
-    def __init__(self) -> None:
-        self.depth = 0  # changed by the main thread only
-        self.pending = 0  # the signal to raise again at the end of the block (0: none)
-
-    def __enter__(self) -> None:
-        if threading.get_ident() == MAIN_ID:
-            self.depth += 1
-
-    def __exit__(self, *exc: object) -> None:
-        if threading.get_ident() != MAIN_ID:
-            return
-        self.depth -= 1
-        if not self.depth and self.pending:
-            sig, self.pending = self.pending, 0
-            signal.raise_signal(sig)
-
-
 MAIN_ID = threading.main_thread().ident  # where signal handlers run
-defer_interrupts = _Deferral()
 
 
 def reporting() -> bool:

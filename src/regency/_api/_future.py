@@ -20,9 +20,9 @@ __all__ = ["Future"]
 
 R = TypeVar("R")
 
-#: Set by ``_endpoint``: the problem with waiting on a call (``(mesh uid, route, label,
-#: awaiting) -> text or None``), for futures made by ``Future._of_call``.
-call_problem: Callable[[str, Any, str, bool], str | None] | None = None
+#: Set by ``_endpoint``: the problem with waiting on a call (``(call, awaiting) -> text or
+#: None``, where ``call`` is the call's collector), for futures made by ``Future._of_call``.
+call_problem: Callable[[Any, bool], str | None] | None = None
 
 
 class Future(Generic[R]):
@@ -33,12 +33,10 @@ class Future(Generic[R]):
     consuming the result; ``await`` works on any running asyncio loop, any number of times.
     """
 
-    __slots__ = ("_blocking_guard", "_completion", "_label", "_route", "_uid")
+    __slots__ = ("_blocking_guard", "_call", "_completion")
     _completion: Completion
     _blocking_guard: Callable[[], str | None] | None
-    _route: Any  # a call's: its route (None for other futures), mesh uid and label
-    _uid: str
-    _label: str
+    _call: Any  # a call's collector (None for other futures): what its waiters ask about
 
     def __init__(self, *_: Any, **__: Any) -> None:
         raise TypeError(
@@ -51,26 +49,23 @@ class Future(Generic[R]):
         self = object.__new__(cls)
         self._completion = completion
         self._blocking_guard = blocking_guard
-        self._route = None
+        self._call = None
         return self
 
     @classmethod
-    def _of_call(cls, completion: Completion, uid: str, route: Any, label: str) -> Future[R]:
-        """The future of an endpoint call: it knows its call (one object per call fewer
-        than a guard beside it; ``call_problem`` says why waiting on it would hang)."""
+    def _of_call(cls, completion: Completion, call: Any) -> Future[R]:
+        """The future of an endpoint call: it knows its call's collector (no guard object
+        beside it; ``call_problem`` says why waiting on it would hang)."""
         self = object.__new__(cls)
         self._completion = completion
         self._blocking_guard = None
-        self._route = route
-        self._uid = uid
-        self._label = label
+        self._call = call
         return self
 
     def _problem(self, awaiting: bool) -> str | None:
         """Why waiting on this future would never end, if it would not."""
-        if self._route is not None:
-            return call_problem(self._uid, self._route, self._label, awaiting) \
-                if call_problem is not None else None
+        if self._call is not None:
+            return call_problem(self._call, awaiting) if call_problem is not None else None
         guard = self._blocking_guard
         if guard is None:
             return None

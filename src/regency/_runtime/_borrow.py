@@ -38,6 +38,7 @@ decision follows the mean of the last few samples (one busy instant is not a bus
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 from contextlib import AbstractContextManager
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
     from ._completion import Completion
     from ._runtime import Runtime
 
-__all__ = ["ReadHere", "ReplyReader", "thread_waker"]
+__all__ = ["Deferral", "ReadHere", "ReplyReader", "defer_interrupts", "thread_waker"]
 
 _local = threading.local()
 _READING = threading.Lock()  # guards ``ReplyReader.reading`` (a lock per call cost more)
@@ -68,6 +69,41 @@ def thread_waker() -> Waker:
     if waker is None:
         waker = _local.waker = Waker()
     return waker
+
+
+class Deferral:
+    """``with defer_interrupts:`` a SIGINT (Ctrl-C, fail fast) or a SIGTERM waits for the end
+    of the block.
+
+    For the few lines where the main thread reads frames off a socket itself (a blocked
+    ``get()``, :class:`ReplyReader`): an exception there would lose a frame it had read but
+    not yet kept. Blocking in ``poll`` is outside such a block: an interrupt still ends a
+    wait at once. Only the main thread (where signal handlers run) defers; the handlers
+    (``_api/_failfast``, ``_api/_terminate``) look at ``depth`` and leave ``pending``.
+    Compiled with the reply path: it is entered twice per call a thread reads for.
+    """
+
+    __slots__ = ("depth", "pending")
+
+    def __init__(self) -> None:
+        self.depth = 0  # changed by the main thread only
+        self.pending = 0  # the signal to raise again at the end of the block (0: none)
+
+    def __enter__(self) -> None:
+        if threading.get_ident() == _MAIN_ID:
+            self.depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        if threading.get_ident() != _MAIN_ID:
+            return
+        self.depth -= 1
+        if not self.depth and self.pending:
+            sig, self.pending = self.pending, 0
+            signal.raise_signal(sig)  # its handler runs now, before this returns
+
+
+_MAIN_ID = threading.main_thread().ident  # where signal handlers run
+defer_interrupts = Deferral()
 
 
 class ReadHere:
@@ -199,7 +235,8 @@ class ReplyReader:
         rt = self.rt
         here = rt.read_here
         conn = here.came_from(self.reply_from)
-        if conn is None or rt.on_loop() or not self._start_reading():
+        if (conn is None or threading.get_ident() == rt.loop_thread_id
+                or not self._start_reading()):
             return c.wait_plain(timeout)
         self.taken = []
         waker = thread_waker()

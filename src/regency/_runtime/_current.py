@@ -7,15 +7,16 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ._runtime import Runtime
 
-_runtime: Runtime | None = None
+#: The runtime, or None: read it directly where a call costs (the compiled hot path).
+active: Runtime | None = None
 
 
 def get() -> Runtime | None:
     """The runtime of this process, if started."""
-    return _runtime
+    return active
 
 
 def set_runtime(rt: Runtime | None) -> None:
     """Install (or clear) the runtime of this process."""
-    global _runtime
-    _runtime = rt
+    global active
+    active = rt

@@ -195,18 +195,17 @@ def _millis(timeout: float | None, start: float) -> int | None:
 #: The main thread sleeps in slices this long (ms), running pending signal handlers before
 #: each: a signal that came just before a slice began waits for its end at most.
 MAIN_SLICE_MS = 200
+_MAIN_ID = threading.main_thread().ident  # where signal handlers run
 
 
 class Waker:
     """An ``eventfd`` a borrowing thread polls: ``wake()`` ends its wait (any thread)."""
 
-    __slots__ = ("_main", "_poll", "_quick", "_watched", "armed", "fd")
+    __slots__ = ("_poll", "_quick", "_watched", "armed", "fd")
 
     def __init__(self) -> None:
         self.fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self.armed = False  # a thread is (about to be) waiting on it
-        # made by the main thread, where signal handlers run (a waker serves one thread)
-        self._main = threading.get_ident() == threading.main_thread().ident
         self._poll = select.poll()
         self._poll.register(self.fd, select.POLLIN)
         self._watched = -1
@@ -262,7 +261,7 @@ class Waker:
         """Poll until an event or the end of ``timeout`` (seconds from ``start``). The main
         thread polls in slices and lets pending signal handlers run before each (see
         :mod:`regency._transport._checkpoint`): Ctrl-C ends its wait within a slice."""
-        if not self._main:
+        if threading.get_ident() != _MAIN_ID:  # (a cell's waker is made on another thread)
             return poll(_millis(timeout, start))
         while True:
             checkpoint()
