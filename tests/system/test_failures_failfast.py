@@ -334,6 +334,32 @@ def test_fail_fast_interrupts_an_asyncio_main(tmp_path, reap) -> None:
     assert_fail_fast(run, "ValueError: failed while main awaited")
 
 
+def test_fail_fast_sends_its_interrupt_again_until_the_main_thread_has_it(tmp_path,
+                                                                         reap) -> None:
+    """A SIGINT that lands just before the main thread blocks (an event loop entering
+    ``epoll_wait``) is handled only when that call returns. Modelled here by a handler
+    that swallows the first one: the program still ends at once, not at the deadline."""
+    run = run_failing(tmp_path, """
+        import signal
+
+        procs, victims = spawn_victims()
+        handler, missed = signal.getsignal(signal.SIGINT), []
+
+        def miss_the_first(sig, frame):
+            if not missed:
+                missed.append(sig)
+                return None
+            return handler(sig, frame)
+
+        signal.signal(signal.SIGINT, miss_the_first)
+        mark("T0")
+        victims.slice(gpus=1).boom.broadcast("failed while the first interrupt was lost")
+        time.sleep(60)
+        """)
+    reap.append(run.tag)
+    assert_fail_fast(run, "ValueError: failed while the first interrupt was lost")
+
+
 def test_a_failure_after_the_last_line_does_not_exit_0(tmp_path, reap) -> None:
     """The script ends while a rank is about to fail: the exit status says it failed."""
     run = run_failing(tmp_path, """

@@ -24,6 +24,8 @@ _exit_code: int | None = None
 _installed = False
 _reporting = False  # the main thread is printing an uncaught exception: do not interrupt it
 _REDELIVER_S = 0.2
+#: Set by the handler once it has seen a pending fail-fast: the SIGINT was delivered.
+_heard = threading.Event()
 #: The completion the main thread is blocked on in ``Future.get`` (set and cleared there).
 waiting: Any = None
 
@@ -45,6 +47,7 @@ def install_handler() -> None:
             defer_interrupts.pending = sig  # raised again when the section ends
             return None
         if _exit_code is not None:
+            _heard.set()
             if _reporting or not _script_running(frame):
                 return None  # already on the way out; the exit code is applied at exit
             c = waiting
@@ -127,11 +130,29 @@ def fail_fast(report: str, code: int = 1) -> None:
         return  # interpreter shutting down: the atexit hook reads the code
     if _installed and main.ident is not None:
         signal.pthread_kill(main.ident, signal.SIGINT)
+        _redeliver_until_heard(main)
     else:
         _thread.interrupt_main()
+
+
+def _redeliver_until_heard(main: threading.Thread) -> None:
+    """Send the SIGINT again every ``_REDELIVER_S`` until the handler has seen it.
+
+    A signal that lands after the interpreter's last check for pending handlers and before
+    the main thread enters a blocking system call (an event loop's ``epoll_wait``, say) is
+    handled only when that call returns: the program would sit until the hard deadline.
+    """
+    def again() -> None:
+        while not _heard.wait(_REDELIVER_S):
+            if _exit_code is None or not main.is_alive() or main.ident is None:
+                return  # reset (tests, notebooks), or the program is gone
+            signal.pthread_kill(main.ident, signal.SIGINT)
+
+    threading.Thread(target=again, name="regency-fail-fast", daemon=True).start()
 
 
 def reset() -> None:
     """Forget a pending fail-fast (tests, notebooks)."""
     global _exit_code
     _exit_code = None
+    _heard.clear()
