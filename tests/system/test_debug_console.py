@@ -170,6 +170,7 @@ def test_bad_commands_and_ranks_say_what_exists(terms: Terminals) -> None:
     con.sendline("c")
     ctl.expect("script done")
     ctl.expect(pexpect.EOF)
+    con.expect(pexpect.EOF)  # the console saves its history on the way out
     history = (terms.tmp / ".regency_debug_history").read_text()
     assert "frobnicate" in history and "attach Worker 1" in history
 
