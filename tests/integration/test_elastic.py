@@ -153,9 +153,12 @@ def test_a_call_that_races_a_rank_death_names_the_rank_when_undeliverable(
     ready = threading.Event()
 
     def until_lost() -> None:  # the connection's end and the proc's exit: events of the loop
-        # both known first: a death reported while the call waits out its grace period
-        # (``UNDELIVERABLE_GRACE``) would fail it as the rank's death, not as undeliverable
-        if rt.router.is_dead(addr) and addr in rt.dead_addrs:
+        # all known first, and the failure delivered: a death reported while the call waits
+        # out its grace period (``UNDELIVERABLE_GRACE``), or while its undeliverable answer
+        # waits on the loop, would fail it as the rank's death, not as undeliverable
+        cause = rt.dead_addrs.get(addr, "")
+        exited = bool(cause) and not cause.startswith("connection lost")  # the proc's exit
+        if rt.router.is_dead(addr) and exited and failures.reported.is_set():
             ready.set()
         else:
             rt.loop.call_later(0.01, until_lost)
