@@ -284,7 +284,8 @@ def test_a_connection_borrowed_again_stays_in_the_sweep_until_it_is_left_alone(
     assert not borrowing.lingering
     pair.call(lambda: borrowing.sweep(time.monotonic(), 3600.0))
     assert borrowing.listed  # it lingered lately: listed still, nothing to list again
-    pair.call(lambda: borrowing.sweep(borrowing.since + 3600.0, 3600.0))
+    # well past the linger: ``since + linger - since`` may round to just below ``linger``
+    pair.call(lambda: borrowing.sweep(borrowing.since + 2 * 3600.0, 3600.0))
     assert not borrowing.listed  # left alone a whole linger: out of the sweep
     assert borrowing not in pair.poller._lingering
     pair.b.resume_reads()
