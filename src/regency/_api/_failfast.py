@@ -76,7 +76,6 @@ def install_handler() -> None:
     _installed = True
 
 
-MAIN_ID = threading.main_thread().ident  # where signal handlers run
 
 
 def reporting() -> bool:

@@ -12,6 +12,7 @@ from typing import Any, Generic, TypeVar
 
 from .._debug._stacks import where_stuck
 from .._runtime._completion import Completion
+from .._transport._checkpoint import MAIN_ID
 from . import _failfast
 
 _log = logging.getLogger("regency")
@@ -185,7 +186,7 @@ def failed(exc: BaseException) -> Future[Any]:
 
 def _wait(c: Completion, timeout: float | None) -> bool:
     """``c.wait``, telling fail-fast what the main thread is blocked on (see ``_failfast``)."""
-    if threading.get_ident() != _failfast.MAIN_ID:
+    if threading.get_ident() != MAIN_ID:
         return c.wait(timeout)
     _failfast.waiting = c
     try:

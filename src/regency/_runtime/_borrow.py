@@ -45,6 +45,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from .._transport._borrowing import Borrowable
+from .._transport._checkpoint import MAIN_ID
 from .._transport._poller import Waker
 from .._wire import Inbound
 from .._wire._messages import Reply
@@ -90,11 +91,11 @@ class Deferral:
         self.pending = 0  # the signal to raise again at the end of the block (0: none)
 
     def __enter__(self) -> None:
-        if threading.get_ident() == _MAIN_ID:
+        if threading.get_ident() == MAIN_ID:
             self.depth += 1
 
     def __exit__(self, *exc: object) -> None:
-        if threading.get_ident() != _MAIN_ID:
+        if threading.get_ident() != MAIN_ID:
             return
         self.depth -= 1
         if not self.depth and self.pending:
@@ -102,7 +103,6 @@ class Deferral:
             signal.raise_signal(sig)  # its handler runs now, before this returns
 
 
-_MAIN_ID = threading.main_thread().ident  # where signal handlers run
 defer_interrupts = Deferral()
 
 

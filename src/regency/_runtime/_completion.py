@@ -13,10 +13,9 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from .._transport._checkpoint import checkpoint
+from .._transport._checkpoint import MAIN_ID, SLICE_S, checkpoint
 
 _PENDING = object()
-_SLICE_S = 0.2  # the main thread waits in slices, running pending signal handlers between
 _FINISH = threading.Lock()  # finishing is check-then-set, and so is adding a callback
 
 
@@ -172,12 +171,12 @@ def _acquire(lock: threading.Lock, timeout: float | None) -> bool:
     """``lock.acquire`` with a timeout. On the main thread, in slices with a
     ``checkpoint()`` before each: a Ctrl-C that came while compiled code ran just before
     ends the wait within a slice, not at its end."""
-    if threading.current_thread() is not threading.main_thread():
+    if threading.get_ident() != MAIN_ID:
         return lock.acquire(timeout=-1 if timeout is None else max(timeout, 0.0))
     deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
     while True:
         checkpoint()
-        left = _SLICE_S if deadline is None else min(_SLICE_S, deadline - time.monotonic())
+        left = SLICE_S if deadline is None else min(SLICE_S, deadline - time.monotonic())
         if lock.acquire(timeout=max(left, 0.0)):
             return True
         if deadline is not None and time.monotonic() >= deadline:

@@ -10,7 +10,14 @@ module is never compiled, and entering an interpreted function is such a check.
 
 from __future__ import annotations
 
-__all__ = ["checkpoint"]
+import threading
+
+__all__ = ["MAIN_ID", "SLICE_S", "checkpoint"]
+
+MAIN_ID = threading.main_thread().ident  # the thread where signal handlers run
+#: The main thread sleeps in slices this long (seconds), with a ``checkpoint()`` before
+#: each: a signal that came just before a slice began waits for its end at most.
+SLICE_S = 0.2
 
 
 def checkpoint() -> None:

@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from ._checkpoint import checkpoint
+from ._checkpoint import MAIN_ID, SLICE_S, checkpoint
 
 __all__ = ["Poller", "Waker"]
 
@@ -192,10 +192,7 @@ def _millis(timeout: float | None, start: float) -> int | None:
     return int(max(0.0, timeout - (time.perf_counter() - start)) * 1000 + 0.999)
 
 
-#: The main thread sleeps in slices this long (ms), running pending signal handlers before
-#: each: a signal that came just before a slice began waits for its end at most.
-MAIN_SLICE_MS = 200
-_MAIN_ID = threading.main_thread().ident  # where signal handlers run
+MAIN_SLICE_MS = int(SLICE_S * 1000)  # the main thread's sleeps, in poll's milliseconds
 
 
 class Waker:
@@ -261,7 +258,7 @@ class Waker:
         """Poll until an event or the end of ``timeout`` (seconds from ``start``). The main
         thread polls in slices and lets pending signal handlers run before each (see
         :mod:`regency._transport._checkpoint`): Ctrl-C ends its wait within a slice."""
-        if threading.get_ident() != _MAIN_ID:  # (a cell's waker is made on another thread)
+        if threading.get_ident() != MAIN_ID:  # (a cell's waker is made on another thread)
             return poll(_millis(timeout, start))
         while True:
             checkpoint()
