@@ -232,6 +232,56 @@ def test_a_waker_spins_only_while_its_waits_are_short() -> None:
         waker.close()
 
 
+def test_a_waker_that_read_first_in_vain_polls_at_once_for_longer_and_longer() -> None:
+    waker = Waker()
+    try:
+        assert waker.reads_first()
+        skips = []
+        for _ in range(6):  # read-first attempts in a row that find nothing
+            waker.read_first_found(False)
+            n = 0
+            while not waker.reads_first():  # the True that ends the count is the next try
+                n += 1
+            skips.append(n)
+        assert skips == [1, 3, 7, 15, 31, 31]
+        waker.read_first_found(True)  # a read that found data: no back-off any more
+        waker.read_first_found(False)
+        assert not waker.reads_first()  # one skip, as after a first miss
+        assert waker.reads_first()
+    finally:
+        waker.close()
+
+
+def test_a_busy_borrow_takes_what_is_there_without_polling(pair: Pair) -> None:
+    assert pair.b.pause_reads()
+    pair.send(b"T1")
+    waker = Waker()
+    waker.wake()  # a poll would see the wake first and return without reading
+    take = Taker()
+    assert pair.b.read_here(take, waker, T, lambda: False, paused=True, spin=0.0)
+    assert take.taken == [b"T1"]  # read before any poll: the wake is still pending
+    assert waker.wait(pair.b.fileno(), 0, 0.0) is False
+
+
+def test_a_busy_borrow_gets_data_that_comes_later(pair: Pair) -> None:
+    take = Taker()
+    started = threading.Event()
+    waker = Waker()
+
+    def ready() -> bool:  # asked before the read-first attempt (which may find nothing)
+        started.set()
+        return False
+
+    t = threading.Thread(target=lambda: pair.b.read_here(take, waker, T, ready, spin=0.0))
+    t.start()
+    assert started.wait(T)
+    pair.send(b"T1")
+    t.join(T)
+    assert not t.is_alive()
+    assert take.taken == [b"T1"]
+    waker.close()
+
+
 # -- lingering: a borrow leaves the connection paused for the next one, for a while ----------
 
 @pytest.fixture

@@ -214,26 +214,35 @@ class Borrowing:
             with self.lock:  # a read the loop began before the pause ends first
                 if ready() or host.closed:
                     return True
+                if spin <= 0 and waker.reads_first():  # busy machine: the data may be in
+                    end = self._read(take, guard)
+                    found = end is not None or not self._reader.empty
+                    waker.read_first_found(found)
+                    if found:
+                        return True
             if not waker.wait(self._fd, timeout, spin):
                 return True
             with self.lock:
                 if host.closed or ready():  # e.g. frames handed back were delivered since:
                     return True             # what we would read must come after them
-                if guard is None:
-                    end = self._reader.read(_Taker(self, take), 1)
-                else:
-                    with guard:
-                        end = self._reader.read(_Taker(self, take), 1)
+                end = self._read(take, guard)
         finally:
             self.borrowers.remove(waker)
             self.linger()  # paused for the next borrow a moment, if it comes
             if self.handback:
                 host.to_loop(self._give_back_soon)
-        if end is not None:
-            self.ending = True  # from now on, only the loop reads it
-            if end != (False, None):  # an end of stream stays readable: the loop sees it too
-                host.to_loop(host.end, end)
+            if end is not None:
+                self.ending = True  # from now on, only the loop reads it
+                if end != (False, None):  # an end of stream stays readable: the loop sees it
+                    host.to_loop(host.end, end)
         return True
+
+    def _read(self, take: Take, guard: AbstractContextManager[Any] | None) -> End | None:
+        """One read for a borrower (read lock held)."""
+        if guard is None:
+            return self._reader.read(_Taker(self, take), 1)
+        with guard:
+            return self._reader.read(_Taker(self, take), 1)
 
     def give_back(self) -> None:
         """Deliver frames handed back by a borrower (loop thread, read lock held)."""

@@ -52,7 +52,7 @@ class Owner(Protocol):
 class Reader:
     """Turns the bytes of one socket into whole frames (read lock held by the caller)."""
 
-    __slots__ = ("_decode", "_lending", "_owner", "_recv_into", "decoder", "sock")
+    __slots__ = ("_decode", "_lending", "_owner", "_recv_into", "decoder", "empty", "sock")
 
     def __init__(self, sock: socket.socket, owner: Owner,
                  allocate: Callable[[int], Destination] = allocate_buffer,
@@ -68,20 +68,24 @@ class Reader:
         self.decoder = FrameDecoder(allocate=allocate, attachments=lending is not None,
                                     max_frame_bytes=int(config.get("codec_max_frame_length")))
         self._recv_into = self._recv_unix if lending is not None else sock.recv_into
+        self.empty = False  # the last ``read`` found nothing to read at once
 
     def read(self, sink: Sink, reads: int = READS_PER_EVENT) -> End | None:
         """Read what is there (at most ``reads`` reads) and pass each whole frame to ``sink``.
 
-        Returns how the connection ended, if it did.
+        Returns how the connection ended, if it did; ``empty`` says whether it found nothing
+        to read at once.
         """
         decoder = self.decoder
         recv_into = self._recv_into
         owner = self._owner
-        for _ in range(reads):
+        self.empty = False
+        for i in range(reads):
             try:
                 view = decoder.get_buffer(-1)
                 n = recv_into(view)
             except (BlockingIOError, InterruptedError):
+                self.empty = i == 0
                 break
             except ProtocolError as exc:
                 return (True, exc)
