@@ -82,7 +82,9 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 
 #: How long an undeliverable call waits for the cause of its target's death before it is
-#: answered with the transport's error (supervision usually fails the call first).
+#: answered with the transport's error (supervision usually fails the call first). A call
+#: sent after the connection was lost but before the proc's exit was reported waits too: its
+#: answer then names the exit (say, SIGTERM), not "connection lost".
 UNDELIVERABLE_GRACE = 0.5
 
 
@@ -116,6 +118,8 @@ class Runtime:
         # names the ranks and the mesh (supervision's words) where it owns the mesh.
         self.undeliverable_text: Callable[[str, Call, str], str] = default_undeliverable_text
         self.dead_addrs: dict[str, str] = {}  # addr -> why it is dead
+        # dead by a lost connection only, so far: the real cause (an exit) may still come
+        self._cause_unknown: set[str] = set()
         self.troubles = 0  # bumped on any death: routes then avoid dead procs
         self.collectors: dict[int, Any] = {}  # port -> pending call collector
         self.background: set[asyncio.Task[Any]] = set()  # cancelled at shutdown
@@ -353,7 +357,9 @@ class Runtime:
 
     # -- failures of peers ----------------------------------------------------------------------
     def _on_peer_lost(self, addr: str, exc: BaseException | None) -> None:
-        self.dead_addrs.setdefault(addr, f"connection lost: {exc}")
+        if addr not in self.dead_addrs:
+            self.dead_addrs[addr] = f"connection lost: {exc}"
+            self._cause_unknown.add(addr)
         self.troubles += 1
         for hook in list(self.peer_lost_hooks):
             hook(addr, exc)
@@ -373,7 +379,7 @@ class Runtime:
                 self.send_reply(port, None, SUPERVISION, (text, None))
 
             try:
-                if addr in self.dead_addrs:
+                if addr in self.dead_addrs and addr not in self._cause_unknown:
                     answer()
                 else:  # a proc that just died: its cause (say, a signal) is usually ms away
                     self.loop.call_soon_threadsafe(self.loop.call_later, UNDELIVERABLE_GRACE,
@@ -395,6 +401,7 @@ class Runtime:
     def mark_dead(self, addr: str, why: str) -> None:
         """Record that the runtime at ``addr`` is gone (e.g. its proc exited)."""
         self.dead_addrs[addr] = why
+        self._cause_unknown.discard(addr)
         self.troubles += 1
         for listener in self.death_listeners:
             try:
