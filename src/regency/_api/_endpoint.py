@@ -14,7 +14,7 @@ import inspect
 import random
 import threading
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 from .._mesh import Shape
 from .._runtime import _current as _current_runtime
@@ -40,11 +40,11 @@ if TYPE_CHECKING:  # annotations only: an endpoint belongs to a mesh, one layer 
 __all__ = ["TENSOR_CALL", "Accumulator", "Endpoint", "send"]
 
 #: The keyword argument that carries a call's remote tensors to the actor (ADR 0025).
-TENSOR_CALL = "__regency_tensor_call__"
+TENSOR_CALL: Final = "__regency_tensor_call__"
 #: Set by the tensor engine while a device mesh is active: ``hook(endpoint, adverb, args,
 #: kwargs)`` sends a call whose arguments hold remote tensors, or returns ``NOT_TENSORS``.
 tensor_calls: Any = None
-NOT_TENSORS: Any = object()
+NOT_TENSORS: Final[Any] = object()
 
 R = TypeVar("R")
 A = TypeVar("A")

@@ -42,7 +42,7 @@ import signal
 import threading
 import time
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from .._transport._borrowing import Borrowable
 from .._transport._checkpoint import MAIN_ID
@@ -56,12 +56,12 @@ if TYPE_CHECKING:
 
 __all__ = ["Deferral", "ReadHere", "ReplyReader", "defer_interrupts", "thread_waker"]
 
-_local = threading.local()
-_READING = threading.Lock()  # guards ``ReplyReader.reading`` (a lock per call cost more)
-_NOTHING: list[Any] = []  # a reader's ``taken`` while no thread reads for it: stays empty
-_LOOK_EVERY_S = 0.05  # how often the spin looks at the machine's runnable count
-_SAMPLES = 4  # it follows the mean of this many looks
-_OWN = 2  # runnable threads a round trip brings itself: the one that waits, the one answering
+_local: Final = threading.local()
+_READING: Final = threading.Lock()  # guards ``ReplyReader.reading`` (a lock per call cost more)
+_NOTHING: Final[list[Any]] = []  # a reader's ``taken`` while no thread reads for it: stays empty
+_LOOK_EVERY_S: Final = 0.05  # how often the spin looks at the machine's runnable count
+_SAMPLES: Final = 4  # it follows the mean of this many looks
+_OWN: Final = 2  # runnable threads a round trip brings itself: the waiting one, the answering one
 
 
 def thread_waker() -> Waker:
@@ -103,7 +103,7 @@ class Deferral:
             signal.raise_signal(sig)  # its handler runs now, before this returns
 
 
-defer_interrupts = Deferral()
+defer_interrupts: Final = Deferral()
 
 
 class ReadHere:

@@ -30,7 +30,7 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from .._transport._poller import Waker
 from .._wire import Inbound
@@ -38,8 +38,8 @@ from .._wire._messages import Call
 
 log = logging.getLogger("regency.cell")
 
-_STOP = object()
-_TURN = 64  # messages an async cell handles before it lets the loop run
+_STOP: Final = object()
+_TURN: Final = 64  # messages an async cell handles before it lets the loop run
 
 
 def _size(frame: list[memoryview]) -> int:

@@ -11,12 +11,12 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from .._transport._checkpoint import MAIN_ID, SLICE_S, checkpoint
 
-_PENDING = object()
-_FINISH = threading.Lock()  # finishing is check-then-set, and so is adding a callback
+_PENDING: Final = object()
+_FINISH: Final = threading.Lock()  # finishing is check-then-set, and so is adding a callback
 
 
 class Reader(Protocol):

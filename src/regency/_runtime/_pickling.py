@@ -30,22 +30,22 @@ import pickle
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 import cloudpickle
 
-OOB_THRESHOLD = 64 * 1024
+OOB_THRESHOLD: Final = 64 * 1024
 _TORCH_NUMPY: set[Any] = set()  # torch dtypes numpy can view (filled on first use)
 _PICKLERS: dict[type, tuple[int, type]] = {}  # base pickler -> (copyreg's size, subclass)
-_MAIN = b"__main__"
+_MAIN: Final = b"__main__"
 
 Buffers = list[pickle.PickleBuffer]
 
 #: Values that pickle in one C call, with nothing out-of-band and nothing by value (exact
 #: types: a subclass may come from ``__main__``). Short strings and bytes only: large ones
 #: go out-of-band.
-_SCALARS = frozenset({int, float, bool, complex, type(None), str, bytes})
-_SHORT = 4096
+_SCALARS: Final = frozenset({int, float, bool, complex, type(None), str, bytes})
+_SHORT: Final = 4096
 
 
 class _Takers(threading.local):
@@ -56,7 +56,7 @@ class _Takers(threading.local):
     undo: list[Callable[[], None]] | None = None
 
 
-_takers = _Takers()
+_takers: Final = _Takers()
 
 
 class _OutOfBand:

@@ -35,14 +35,14 @@ import select
 import threading
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Final, Protocol
 
 from ._checkpoint import MAIN_ID, SLICE_S, checkpoint
 
 __all__ = ["Poller", "Waker"]
 
-_EVENTS = select.EPOLLIN
-_BATCH = 64
+_EVENTS: Final = select.EPOLLIN
+_BATCH: Final = 64
 
 
 class Readable(Protocol):
@@ -192,8 +192,8 @@ def _millis(timeout: float | None, start: float) -> int | None:
     return int(max(0.0, timeout - (time.perf_counter() - start)) * 1000 + 0.999)
 
 
-_MAX_SKIP = 31  # the most waits a thread polls at once before it tries to read first again
-MAIN_SLICE_MS = int(SLICE_S * 1000)  # the main thread's sleeps, in poll's milliseconds
+_MAX_SKIP: Final = 31  # the most waits a thread polls at once before it tries to read first again
+MAIN_SLICE_MS: Final = int(SLICE_S * 1000)  # the main thread's sleeps, in poll's milliseconds
 
 
 class Waker:

@@ -19,7 +19,7 @@ import socket
 import ssl
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from .. import config
 from .._wire import Attachment, Destination, FrameDecoder, ProtocolError
@@ -35,10 +35,10 @@ End = tuple[bool, BaseException | None]
 Sink = Callable[[Any], None]  # gets what ``decode`` made of a frame (the frame without one)
 Decode = Callable[[list[memoryview]], Any]
 
-READS_PER_EVENT = 16
-SMALL = 64 * 1024  # a read shorter than this drained the socket
-_ANC_SPACE = socket.CMSG_SPACE(253 * 4)  # room for the most descriptors one message carries
-_RECV_FLAGS = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
+READS_PER_EVENT: Final = 16
+SMALL: Final = 64 * 1024  # a read shorter than this drained the socket
+_ANC_SPACE: Final = socket.CMSG_SPACE(253 * 4)  # room for the most descriptors one message carries
+_RECV_FLAGS: Final = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
 
 
 class Owner(Protocol):

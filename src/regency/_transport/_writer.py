@@ -29,7 +29,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from .._wire import encode_frame
 from . import _shm
@@ -39,10 +39,10 @@ __all__ = ["NO_LIMIT", "Writer"]
 
 log = logging.getLogger("regency.transport")
 
-NO_LIMIT = 1 << 62
-_IOV_MAX = 512
-_SMALL = 64 * 1024  # unsent views of caller buffers at least this large are not copied
-_ROOM_POLL_S = 0.1  # a waiting sender looks at ``closed`` at least this often
+NO_LIMIT: Final = 1 << 62
+_IOV_MAX: Final = 512
+_SMALL: Final = 64 * 1024  # unsent views of caller buffers at least this large are not copied
+_ROOM_POLL_S: Final = 0.1  # a waiting sender looks at ``closed`` at least this often
 
 
 class Owner(Protocol):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import pickle
 from dataclasses import fields
 from operator import attrgetter
-from typing import Any
+from typing import Any, Final
 
 from ._errors import ProtocolError
 from ._messages import HEADER_KINDS, Call, Cast, Header, PortRef, Reply, System
@@ -37,10 +37,10 @@ Inbound = tuple[Header, list[memoryview]]
 """A received frame with its decoded header: ``(header, frame)``; ``frame[0]`` is the raw
 header, ``frame[1:]`` the payload."""
 
-_BY_TAG = HEADER_KINDS
-_ENCODERS = {cls: attrgetter("TAG", *(f.name for f in fields(cls))) for cls in HEADER_KINDS}
-_dumps = pickle.dumps
-_loads = pickle.loads
+_BY_TAG: Final = HEADER_KINDS
+_ENCODERS: Final = {cls: attrgetter("TAG", *(f.name for f in fields(cls))) for cls in HEADER_KINDS}
+_dumps: Final = pickle.dumps
+_loads: Final = pickle.loads
 _system_headers: dict[str, bytes] = {}
 
 
@@ -60,8 +60,8 @@ def encode_reply(port_id: int, rank: int | None, status: int) -> bytes:
     return _dumps((_REPLY, port_id, rank, status), 5)
 
 
-_CALL = Call.TAG
-_REPLY = Reply.TAG
+_CALL: Final = Call.TAG
+_REPLY: Final = Reply.TAG
 
 
 def system_header(kind: str) -> bytes:

@@ -35,7 +35,7 @@ import struct
 from collections import deque
 from collections.abc import Callable, Sequence
 from pickle import PickleBuffer
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias
 
 from ._errors import ProtocolError
 
@@ -52,33 +52,33 @@ __all__ = [
     "encode_frame",
 ]
 
-MAGIC = b"RG"
-PROTOCOL_VERSION = 1
+MAGIC: Final = b"RG"
+PROTOCOL_VERSION: Final = 1
 
 #: Flag in a buffer's length: the buffer is an attachment descriptor.
-ATTACHMENT = 1 << 63
+ATTACHMENT: Final = 1 << 63
 #: The largest attachment descriptor a decoder accepts.
-MAX_ATTACHMENT_BYTES = 64
+MAX_ATTACHMENT_BYTES: Final = 64
 
 #: A buffer at least this big is received into its own destination, not via the scratch.
-LARGE_BUFFER_BYTES = 64 * 1024
+LARGE_BUFFER_BYTES: Final = 64 * 1024
 #: Size of the decoder's scratch area that small buffers and prefixes are read into.
-SCRATCH_BYTES = 256 * 1024
+SCRATCH_BYTES: Final = 256 * 1024
 
-_PREFIX_BYTES = 8
-_LENGTH_BYTES = 8
-_PREFIX = struct.Struct("!3sxI")
-_PREFIX_UNPACK = _PREFIX.unpack_from
-_EXPECTED_MAGIC = MAGIC + bytes([PROTOCOL_VERSION])
-_MAX_NBUFS = 0xFFFFFFFF
-_CACHED_COUNTS = 64
+_PREFIX_BYTES: Final = 8
+_LENGTH_BYTES: Final = 8
+_PREFIX: Final = struct.Struct("!3sxI")
+_PREFIX_UNPACK: Final = _PREFIX.unpack_from
+_EXPECTED_MAGIC: Final = MAGIC + bytes([PROTOCOL_VERSION])
+_MAX_NBUFS: Final = 0xFFFFFFFF
+_CACHED_COUNTS: Final = 64
 
 # Prefix structs for the common buffer counts, built once; others are built per use.
-_ENCODERS = {n: struct.Struct(f"!2sBxI{n}Q") for n in range(1, _CACHED_COUNTS + 1)}
-_DECODERS = {n: struct.Struct(f"!{n}Q") for n in range(1, _CACHED_COUNTS + 1)}
-_PAIR = _ENCODERS[2]
-_PAIR_UNPACK = struct.Struct("!3sxIQQ").unpack_from  # the prefix of a two-buffer frame
-_PAIR_BYTES = _PREFIX_BYTES + 2 * _LENGTH_BYTES
+_ENCODERS: Final = {n: struct.Struct(f"!2sBxI{n}Q") for n in range(1, _CACHED_COUNTS + 1)}
+_DECODERS: Final = {n: struct.Struct(f"!{n}Q") for n in range(1, _CACHED_COUNTS + 1)}
+_PAIR: Final = _ENCODERS[2]
+_PAIR_UNPACK: Final = struct.Struct("!3sxIQQ").unpack_from  # the prefix of a two-buffer frame
+_PAIR_BYTES: Final = _PREFIX_BYTES + 2 * _LENGTH_BYTES
 
 BufferLike: TypeAlias = "bytes | bytearray | memoryview"
 #: What a decoder receives a large buffer into: any writable, contiguous buffer of exactly
