@@ -41,6 +41,7 @@ __all__ = ["HOT", "MANIFEST", "compiled_files", "compiled_modules", "install", "
 #: is listed only when the whole suite passes with it compiled; see ADR 0031).
 HOT: tuple[str, ...] = (
     "regency._wire._frames",
+    "regency._wire._headers",
     "regency._wire._envelope",
     "regency._transport._poller",
     "regency._transport._borrowing",
@@ -50,6 +51,8 @@ HOT: tuple[str, ...] = (
     "regency._runtime._pickling",
     "regency._runtime._borrow",
     "regency._runtime._cell",
+    "regency._runtime._lines",
+    "regency._runtime._ports",
     "regency._api._endpoint",
     "regency._api._replies",
 )

@@ -118,18 +118,28 @@ class ActorBehavior:
         if self.is_async:
             return self._handle_async(call, frame)
         port = call.port
-        if self._refuse(port):
+        if (self.failure is not None or self.actor is None
+                or self.stop_requested is not None) and self._refuse(port):
             return None
         name = call.endpoint
         ctx = self._ctx
         if ctx is None or ctx.endpoint != name or ctx._cast != call.cast:
             ctx = self._ctx = MessageContext(self.instance, call.cast, self.g, name)
-        set_context(ctx)  # the last message's, when it was sent the same way (rank and all)
-        if self._status is not None:
-            self._say_running(name)
+        if _current.get(None) is not ctx:  # the last message's, when sent the same way
+            _current.set(ctx)
+        status = self._status
+        if status is not None:  # what the host agent reports if the proc dies meanwhile
+            status[:128] = self._status_names.get(name) or self._running_record(name)
         explicit = False
         try:
-            fn, explicit, args, kwargs = self._prepare(name, port, frame)
+            # The common case first, without a call to _prepare: a method kept from the
+            # last message, answered by its return value.
+            target = self._targets.get(name)
+            if target is not None and not target[1] and name not in self._own:
+                fn = target[0]
+                args, kwargs = loads(frame[1], frame[2:])
+            else:
+                fn, explicit, args, kwargs = self._prepare(name, port, frame)
             if kwargs and TENSOR_CALL in kwargs:
                 fn, args, kwargs = tensor_call_hooks[0](fn, args, kwargs, port)
             result = fn(*args, **kwargs)
@@ -145,7 +155,10 @@ class ActorBehavior:
             if port is not None and not explicit:
                 if self.before_reply is not None:
                     self.before_reply()
-                self._reply(port, result, name)
+                try:
+                    self.rt.send_reply(port, self.g, m.OK, result)
+                except Exception as exc:
+                    self._unpicklable(port, exc, name)
         finally:
             if _debug.armed:
                 _debug.call_ended()
@@ -238,12 +251,14 @@ class ActorBehavior:
 
     def _say_running(self, name: str) -> None:
         """Write the endpoint in flight where the host agent reads it if the proc dies."""
-        data = self._status_names.get(name)
-        if data is None:
-            raw = f"{self.class_name}.{name}".encode()[:127]
-            data = self._status_names[name] = raw + b"\0" * (128 - len(raw))
         assert self._status is not None
-        self._status[:128] = data
+        self._status[:128] = self._status_names.get(name) or self._running_record(name)
+
+    def _running_record(self, name: str) -> bytes:
+        """The status-page record of ``name`` in flight, made once per endpoint."""
+        raw = f"{self.class_name}.{name}".encode()[:127]
+        data = self._status_names[name] = raw + b"\0" * (128 - len(raw))
+        return data
 
     def _refuse(self, port: Any) -> bool:
         if self.failure is None and self.actor is not None and self.stop_requested is None:
@@ -262,9 +277,13 @@ class ActorBehavior:
         try:
             self.rt.send_reply(port, self.g, m.OK, value)
         except Exception as exc:
-            text = f"the result of {name} could not be pickled: {type(exc).__name__}: {exc}"
-            self.rt.send_reply(port, self.g, m.ACTOR_ERROR,
-                               (None, type(exc).__name__, text, "", self._label(name)))
+            self._unpicklable(port, exc, name)
+
+    def _unpicklable(self, port: tuple[str, int], exc: Exception, name: str) -> None:
+        """Answer with an error: the result of ``name`` could not be sent."""
+        text = f"the result of {name} could not be pickled: {type(exc).__name__}: {exc}"
+        self.rt.send_reply(port, self.g, m.ACTOR_ERROR,
+                           (None, type(exc).__name__, text, "", self._label(name)))
 
     def _label(self, name: str) -> str:
         """``"<name>.<endpoint> on <actor id>"``: Monarch's words first (``Actor call w.step

@@ -23,10 +23,11 @@ from .._runtime._completion import Completion
 from .._runtime._pickling import describe_unpicklable, dumps_call
 from .._runtime._runtime import Runtime
 from .._supervision._reasons import call_failed
+from .._transport._checkpoint import MAIN_ID
 from .._wire import _messages as m
 from .._wire import encode_call
 from ..errors import SupervisionError
-from . import _future
+from . import _failfast, _future
 from ._context import _current
 from ._future import Future
 from ._process import runtime
@@ -217,7 +218,24 @@ def call_problem(call: _Collector | _Guard, awaiting: bool) -> str | None:
     return None
 
 
+def wait_call(c: Completion, call: _Collector | _Guard, timeout: float | None) -> bool:
+    """``Future.get``'s wait for a call's result, outside any running asyncio loop: refuse
+    a wait that would never end (``call_problem``), then wait, telling fail-fast what the
+    main thread is blocked on (see ``_failfast``). False on timeout."""
+    problem = call_problem(call, False)
+    if problem:
+        raise RuntimeError(problem)
+    if threading.get_ident() != MAIN_ID:
+        return c.wait(timeout)
+    _failfast.waiting = c
+    try:
+        return c.wait(timeout)
+    finally:
+        _failfast.waiting = None
+
+
 _future.call_problem = call_problem  # what a call's Future asks before it waits
+_future.wait_call = wait_call  # and how it waits, compiled (ADR 0031)
 
 
 def _rt() -> Runtime:
@@ -253,10 +271,12 @@ def post_call(rt: Runtime, route: Route, uid: str, name: str, port: tuple[str, i
     fanout = route.tree.fanout if route.tree is not None else 0
     header = encode_call(uid, name, port, route.cast, _sender(), fanout)  # once for all hops
     frame = [header, *payload]
-    make_room = rt.router.make_room
+    lines = rt.lines
     for addr in route.current_hops(rt.dead_addrs) if rt.troubles else route.hops:
-        make_room(addr)  # flow control: a full write queue makes the sender wait (ADR 0012)
-        rt.post(addr, frame)
+        # Flow control first: a full write queue makes the sender wait (ADR 0012).
+        if not lines.send(addr, frame, True):  # no open connection: the router's way
+            rt.router.make_room(addr)
+            rt.post(addr, frame)
 
 
 def _sender() -> str:
@@ -280,10 +300,11 @@ class _Collector(ReplyReader):
         self.uid = uid  # for the supervisor: which mesh and endpoint this call waits on
         self.endpoint = endpoint
         self.got: set[int] | None = None  # the ranks that replied (made by the first reply)
-        port_id = rt.open_port(self, route.targets, self.any_thread)
+        ports = self.ports = rt.port_table
+        port_id = ports.open(self, route.targets, self.any_thread)
         one = route.tree is None and len(route.addrs) == 1  # one proc answers: read it here
         super().__init__(rt, port_id, route.addrs[0] if one else "", defer_interrupts)
-        rt.collectors[port_id] = self
+        ports.collectors[port_id] = self
 
     @property
     def expected(self) -> set[int]:
@@ -319,8 +340,9 @@ class _Collector(ReplyReader):
         return f"{self.label} on ranks {sorted(self.expected)}"
 
     def close(self) -> None:
-        self.rt.close_port(self.port_id)
-        self.rt.collectors.pop(self.port_id, None)
+        ports = self.ports
+        ports.close(self.port_id)
+        ports.collectors.pop(self.port_id, None)
 
     def value(self, rank: int | None, value: Any) -> None:
         raise NotImplementedError

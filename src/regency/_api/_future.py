@@ -15,6 +15,8 @@ from .._runtime._completion import Completion
 from .._transport._checkpoint import MAIN_ID
 from . import _failfast
 
+_running_loop = asyncio._get_running_loop  # None outside a running loop, and never raises
+
 _log = logging.getLogger("regency")
 
 __all__ = ["Future"]
@@ -24,6 +26,10 @@ R = TypeVar("R")
 #: Set by ``_endpoint``: the problem with waiting on a call (``(call, awaiting) -> text or
 #: None``, where ``call`` is the call's collector), for futures made by ``Future._of_call``.
 call_problem: Callable[[Any, bool], str | None] | None = None
+
+#: Set by ``_endpoint``: ``(completion, call, timeout) -> bool``, the wait of a call's future
+#: outside a running asyncio loop (``call_problem``, then the wait; False on timeout).
+wait_call: Callable[[Completion, Any, float | None], bool] | None = None
 
 
 class Future(Generic[R]):
@@ -87,8 +93,13 @@ class Future(Generic[R]):
             _check_timeout(timeout)
         c = self._completion
         if not c.done():
-            self._guard_blocking()
-            if not _wait(c, timeout):
+            call = self._call
+            if call is not None and wait_call is not None and _running_loop() is None:
+                waited = wait_call(c, call, timeout)  # the same steps, compiled
+            else:
+                self._guard_blocking()
+                waited = _wait(c, timeout)
+            if not waited:
                 label = c.describe()
                 what = f": still waiting for {label}" if label else ""
                 raise TimeoutError(f"no result within {timeout}s{what}"

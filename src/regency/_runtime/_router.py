@@ -35,6 +35,7 @@ from .._version import __version__
 from ..errors import AuthenticationError
 from ._borrow import ReadHere
 from ._bufpool import POOL
+from ._lines import Lines
 
 log = logging.getLogger("regency.router")
 VERSION = __version__  # checked in every handshake: peers of another version are refused
@@ -72,6 +73,7 @@ class Router:
         self.address = ""
         self.loop: asyncio.AbstractEventLoop | None = None
         self.peers: dict[str, Peer] = {}
+        self.lines = Lines()  # the writers of open connections, for the round trip's frames
         self.connections: set[Connection] = set()
         self._lock = threading.RLock()
         self.shm_pool = SegmentPool(int(config.get("shm_pool_bytes")))
@@ -273,6 +275,7 @@ class Router:
                 peer.queue = queued[i:]
                 break
         peer.conn = conn
+        self.lines.writers[peer.addr] = conn.writer
 
     def _frame(self, conn: Connection, item: Any) -> None:
         here = self.read_here
@@ -320,6 +323,7 @@ class Router:
                 return
             peer.dead = exc
             peer.conn = None
+            self.lines.writers.pop(peer.addr, None)
             queued, peer.queue = peer.queue, None
         for frame in queued or ():
             self._on_undeliverable(peer.addr, frame, exc)

@@ -20,7 +20,6 @@ per runtime hangs off explicit attributes (``agent``, ``api``, ``data_server``, 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import os
 import pickle
@@ -52,7 +51,9 @@ from .._wire._messages import (
     System,
     SystemMessage,
 )
+from ._lines import Lines
 from ._pickling import dumps, loads
+from ._ports import Ports
 from ._router import Frame, Router
 
 if TYPE_CHECKING:
@@ -102,11 +103,17 @@ class Runtime:
         self.router = Router(secret, self._on_inbound, self._on_peer_lost,
                              self._on_undeliverable, decode=decode_inbound)
         self.read_here = self.router.read_here  # the seam to borrowed reads (``_borrow``)
+        self.lines: Lines = self.router.lines  # open connections' writers (``_lines``)
         self.address = ""
         self.my_addresses: set[str] = set()  # every name this runtime answers to
         self.bound_address = ""
-        self.ports: dict[int, PortHandler] = {}
-        self.port_targets: dict[int, frozenset[str]] = {}  # port -> addrs it waits on
+        # reply ports (``_ports``); the names below are its tables, for those that read them
+        self.throttled: set[Any] = set()  # connections paused by flow control (ADR 0012)
+        self.port_table = Ports(self.read_here, self.throttled)
+        self.port_table.on_throttled = self._on_port_while_throttled
+        self.ports: dict[int, PortHandler] = self.port_table.handlers
+        self.port_targets = self.port_table.targets  # port -> addrs it waits on
+        self._untargeted = self.port_table.untargeted  # ports answered from anywhere
         self.cells: dict[str, Any] = {}
         self.trees: dict[str, tuple[Any, int]] = {}  # mesh uid -> (relay Tree, our rank)
         self.held: dict[str, list[tuple[Call, list[memoryview]]]] = {}
@@ -121,14 +128,11 @@ class Runtime:
         # dead by a lost connection only, so far: the real cause (an exit) may still come
         self._cause_unknown: set[str] = set()
         self.troubles = 0  # bumped on any death: routes then avoid dead procs
-        self.collectors: dict[int, Any] = {}  # port -> pending call collector
+        self.collectors = self.port_table.collectors  # port -> pending call collector
         self.background: set[asyncio.Task[Any]] = set()  # cancelled at shutdown
-        self._port_ids = itertools.count(1)
         self.stopping = False
         # flow control (ADR 0012): connections not read while a mailbox they feed is full
         self.mailbox_high = int(config.get("mailbox_high_water_bytes")) or (1 << 62)
-        self.throttled: set[Any] = set()
-        self._untargeted: set[int] = set()  # open ports that may be answered from anywhere
         # -- where this process stands in the job (set by whoever starts the runtime) --------
         self.root = ""  # the root client's address ("" on a worker between controllers)
         self.host_agent = ""  # the address of this machine's host agent
@@ -193,24 +197,16 @@ class Runtime:
         ``any_thread``: ``handler`` may run on whichever thread reads a reply to it (a caller
         borrowing the connection for its own reply, ADR 0010), not only on the loop.
         """
-        port_id = next(self._port_ids)
-        self.ports[port_id] = handler
-        if any_thread:
-            self.read_here.allow(port_id)
-        if targets:
-            self.port_targets[port_id] = targets
-        else:
-            self._untargeted.add(port_id)
-        if self.throttled:  # its reply must not wait behind flow control
-            self.call_soon(self._unthrottle_for, targets)
-        return port_id
+        return self.port_table.open(handler, targets, any_thread)
 
     def close_port(self, port_id: int) -> None:
         """Forget a port (late messages to it are dropped)."""
-        self.ports.pop(port_id, None)
-        self.port_targets.pop(port_id, None)
-        self._untargeted.discard(port_id)
-        self.read_here.forget(port_id)
+        self.port_table.close(port_id)
+
+    def _on_port_while_throttled(self, targets: frozenset[str]) -> None:
+        """A port opened while flow control pauses some connection: its reply must not wait
+        behind it (any thread)."""
+        self.call_soon(self._unthrottle_for, targets)
 
     # -- flow control (ADR 0012) --------------------------------------------------------------
     def backlogged(self) -> Any:
@@ -247,7 +243,9 @@ class Runtime:
     def send_reply(self, port: PortRef, rank: int | None, status: int, value: Any) -> None:
         """Send ``value`` to a port, from any thread."""
         data, buffers = dumps(value)
-        self.post(port[0], [encode_reply(port[1], rank, status), data, *buffers])
+        frame = [encode_reply(port[1], rank, status), data, *buffers]
+        if not self.lines.send(port[0], frame, False):  # no open connection: the general way
+            self.post(port[0], frame)
 
     def send_sys(self, to: str, msg: SystemMessage) -> None:
         """Send a system message to the runtime at ``to``, from any thread."""

@@ -92,6 +92,7 @@ class Connection:
                                      _notifier(weakref.ref(self))) if unix else None
         self._reader = Reader(sock, self, allocate, self._lending, decode)
         self._writer = Writer(sock, loop, self, tls)
+        self.writer = self._writer  # its outbound side (``Router.lines`` sends through it)
         self._borrowing = b = Borrowing(self, self._reader, poller if tls is None else None)
         # Borrowed reads, per message on both sides of a round trip: the borrowing's own
         # methods, bound here, so that a call goes straight to them (no Python layer between)

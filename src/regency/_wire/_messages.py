@@ -29,12 +29,36 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, TypeVar
 
+from ._headers import (
+    ACTOR_ERROR,
+    CALL_TAG,
+    EOS,
+    HEADER_KINDS,
+    OK,
+    RAW_ERROR,
+    REPLY_TAG,
+    SUPERVISION,
+    SYSTEM_ENDPOINT,
+    SYSTEM_TAG,
+    Call,
+    Cast,
+    Header,
+    PortRef,
+    Reply,
+    System,
+)
+
 __all__ = [
     "ACTOR_ERROR",
+    "CALL_TAG",
     "EOS",
+    "HEADER_KINDS",
     "OK",
     "RAW_ERROR",
+    "REPLY_TAG",
     "SUPERVISION",
+    "SYSTEM_ENDPOINT",
+    "SYSTEM_TAG",
     "SYSTEM_KINDS",
     "ActorFailed",
     "Attach",
@@ -63,68 +87,6 @@ __all__ = [
     "SystemMessage",
     "system_message",
 ]
-
-PortRef = tuple[str, int]
-"""Where a reply goes: (the address of the receiver's runtime, the port id there)."""
-
-Cast = tuple[tuple[str, ...], int, tuple[int, ...], tuple[int, ...]]
-"""A cast's target slice as it travels: (labels, offset, sizes, strides)."""
-
-# -- Reply status --------------------------------------------------------------------------------
-OK = 0
-ACTOR_ERROR = 1  # value: (exception | None, type name, text, traceback text, endpoint label)
-RAW_ERROR = 2  # value: an exception sent with port.exception(); raised as is
-SUPERVISION = 3  # value: (message, MeshFailure | None)
-EOS = 4  # no more values on this port (a member stopped before answering)
-
-SYSTEM_ENDPOINT = "sys:"
-"""Prefix of a ``Call`` endpoint that names a system-message kind (one that travels a tree)."""
-
-
-# -- headers -------------------------------------------------------------------------------------
-@dataclass(slots=True)
-class Call:
-    """A message for the actors of mesh ``mesh_uid`` (one header for every member)."""
-
-    TAG: ClassVar[int] = 0
-    mesh_uid: str
-    endpoint: str
-    port: PortRef | None  # where the reply goes; None for a broadcast
-    cast: Cast  # the slice the message was sent to
-    sender: str  # the actor id of the sender ("root" for the client)
-    fanout: int  # > 0: relayed down the mesh's relay tree, with this fan-out
-
-    @property
-    def system_kind(self) -> str | None:
-        """The system-message kind this call carries (``sys:KIND`` endpoints), if any."""
-        name = self.endpoint
-        return name[4:] if name.startswith(SYSTEM_ENDPOINT) else None
-
-
-@dataclass(slots=True)
-class Reply:
-    """A value or an error for port ``port_id`` of the receiving runtime."""
-
-    TAG: ClassVar[int] = 1
-    port_id: int
-    rank: int | None  # the sender's global rank, when a mesh member answers
-    status: int  # OK, ACTOR_ERROR, RAW_ERROR, SUPERVISION or EOS
-
-
-@dataclass(slots=True)
-class System:
-    """The header of a system message; the payload is the message object."""
-
-    TAG: ClassVar[int] = 2
-    kind: str
-
-
-Header = Call | Reply | System
-"""What a frame's first buffer decodes to."""
-
-HEADER_KINDS: tuple[type[Call], type[Reply], type[System]] = (Call, Reply, System)
-"""The header classes, indexed by their ``TAG``."""
-
 
 # -- system messages -----------------------------------------------------------------------------
 class SystemMessage:
