@@ -141,3 +141,25 @@ def test_a_call_names_the_system_kind_it_carries() -> None:
     stop = m.Call("mesh", m.SYSTEM_ENDPOINT + m.StopActor.KIND, None, cast, "root", 4)
     assert stop.system_kind == "stop_actor"
     assert m.Call("mesh", "ping", None, cast, "root", 0).system_kind is None
+
+
+def test_headers_compare_hash_and_print_by_their_fields() -> None:
+    cast = (("hosts",), 0, (2,), (1,))
+    a = m.Call("mesh", "step", ("unix:@c", 3), cast, "root", 0)
+    b = m.Call("mesh", "step", ("unix:@c", 3), cast, "root", 0)
+    assert a == b and hash(a) == hash(b)
+    assert a != m.Call("mesh", "step", ("unix:@c", 4), cast, "root", 0)
+    assert m.Reply(3, None, m.OK) != m.Reply(3, 0, m.OK)
+    assert m.System("x") != m.Call("x", "", None, cast, "", 0)
+    assert repr(m.Reply(3, None, m.OK)) == "Reply(port_id=3, rank=None, status=0)"
+
+
+@pytest.mark.parametrize("fields_", [
+    (m.CALL_TAG, "mesh", "step", None, ((), 0, (), ()), "root"),  # one field short
+    (m.CALL_TAG, "mesh", "step", None, ((), 0, (), ()), "root", 0, "extra"),
+    (m.REPLY_TAG, 1, None, 0, "extra"),
+])
+def test_a_header_with_the_wrong_number_of_fields_is_a_protocol_error(
+        fields_: tuple[object, ...]) -> None:
+    with pytest.raises(ProtocolError, match="malformed message header"):
+        decode_inbound([memoryview(pickle.dumps(fields_))])
