@@ -4,6 +4,7 @@ transport tests, which put two real connections on one loop)."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 from typing import Any
 
@@ -48,6 +49,24 @@ class LoopPair:
     def wait(self, predicate: Any) -> None:
         with self.arrived:
             assert self.arrived.wait_for(predicate, timeout=3 * T), "nothing arrived in time"
+
+    def connect(self, poller: Any = None) -> tuple[Connection, Connection]:
+        """Two started connections over a Unix socket pair, on the loop: ``a`` (whose frames
+        arrive nowhere) and ``b`` (whose frames and close arrive here; read through
+        ``poller``, if given)."""
+        sa, sb = socket.socketpair()
+        for s in (sa, sb):
+            s.setblocking(False)
+
+        def make() -> tuple[Connection, Connection]:
+            a = Connection(sa, self.loop, lambda c, f: None, lambda c, e: None, label="a")
+            b = Connection(sb, self.loop, self.on_frame, self.on_close, label="b",
+                           poller=poller() if callable(poller) else poller)
+            a.start()
+            b.start()
+            return a, b
+
+        return self.call(make)  # type: ignore[no-any-return]
 
     def stop(self) -> None:
         """Stop and close the loop (its connections closed first)."""

@@ -9,7 +9,6 @@ and ``close_port`` kept.
 
 from __future__ import annotations
 
-import socket
 import threading
 from typing import Any
 
@@ -19,7 +18,6 @@ from _loop_pair import LoopPair
 from regency._runtime._borrow import ReadHere
 from regency._runtime._lines import Lines
 from regency._runtime._ports import Ports
-from regency._transport._connection import Connection
 from regency.actor import Actor, endpoint, this_host
 
 pytestmark = pytest.mark.timeout(60)
@@ -31,18 +29,7 @@ class Pair(LoopPair):
 
     def __init__(self) -> None:
         super().__init__()
-        sa, sb = socket.socketpair()
-        for s in (sa, sb):
-            s.setblocking(False)
-
-        def make() -> tuple[Connection, Connection]:
-            a = Connection(sa, self.loop, lambda c, f: None, lambda c, e: None, label="a")
-            b = Connection(sb, self.loop, self.on_frame, self.on_close, label="b")
-            a.start()
-            b.start()
-            return a, b
-
-        self.a, self.b = self.call(make)
+        self.a, self.b = self.connect()
 
     def keep(self, frame: list[memoryview]) -> bytes:
         return b"|".join(bytes(part) for part in frame)

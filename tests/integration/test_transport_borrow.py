@@ -30,20 +30,12 @@ class Pair(LoopPair):
 
     def __init__(self, linger: float = 0.0) -> None:
         super().__init__()
-        sa, sb = socket.socketpair()
-        for s in (sa, sb):
-            s.setblocking(False)
 
-        def make() -> tuple[Connection, Connection]:
+        def poller() -> Poller:  # made on the loop thread, as a runtime's is
             self.poller = Poller(self.loop, linger)
-            a = Connection(sa, self.loop, lambda c, f: None, lambda c, e: None, label="a")
-            b = Connection(sb, self.loop, self.on_frame, self.on_close, label="b",
-                           poller=self.poller)
-            a.start()
-            b.start()
-            return a, b
+            return self.poller
 
-        self.a, self.b = self.call(make)
+        self.a, self.b = self.connect(poller)
 
     def keep(self, frame: list[memoryview]) -> bytes:
         return b"".join(bytes(b) for b in frame)

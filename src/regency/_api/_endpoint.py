@@ -225,6 +225,12 @@ def wait_call(c: Completion, call: _Collector | _Guard, timeout: float | None) -
     problem = call_problem(call, False)
     if problem:
         raise RuntimeError(problem)
+    return wait_blocking(c, timeout)
+
+
+def wait_blocking(c: Completion, timeout: float | None) -> bool:
+    """``c.wait(timeout)``, telling fail-fast what the main thread is blocked on (see
+    ``_failfast``: a failure reported meanwhile ends the wait with the report)."""
     if threading.get_ident() != MAIN_ID:
         return c.wait(timeout)
     _failfast.waiting = c
@@ -236,6 +242,7 @@ def wait_call(c: Completion, call: _Collector | _Guard, timeout: float | None) -
 
 _future.call_problem = call_problem  # what a call's Future asks before it waits
 _future.wait_call = wait_call  # and how it waits, compiled (ADR 0031)
+_future.wait_blocking = wait_blocking
 
 
 def _rt() -> Runtime:

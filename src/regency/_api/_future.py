@@ -5,15 +5,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import threading
 import warnings
 from collections.abc import Callable, Generator
 from typing import Any, Generic, TypeVar
 
 from .._debug._stacks import where_stuck
 from .._runtime._completion import Completion
-from .._transport._checkpoint import MAIN_ID
-from . import _failfast
 
 _running_loop = asyncio._get_running_loop  # None outside a running loop, and never raises
 
@@ -30,6 +27,10 @@ call_problem: Callable[[Any, bool], str | None] | None = None
 #: Set by ``_endpoint``: ``(completion, call, timeout) -> bool``, the wait of a call's future
 #: outside a running asyncio loop (``call_problem``, then the wait; False on timeout).
 wait_call: Callable[[Completion, Any, float | None], bool] | None = None
+
+#: Set by ``_endpoint``: ``(completion, timeout) -> bool``, ``completion.wait`` telling
+#: fail-fast what the main thread is blocked on (see ``_failfast``).
+wait_blocking: Callable[[Completion, float | None], bool] | None = None
 
 
 class Future(Generic[R]):
@@ -98,7 +99,7 @@ class Future(Generic[R]):
                 waited = wait_call(c, call, timeout)  # the same steps, compiled
             else:
                 self._guard_blocking()
-                waited = _wait(c, timeout)
+                waited = c.wait(timeout) if wait_blocking is None else wait_blocking(c, timeout)
             if not waited:
                 label = c.describe()
                 what = f": still waiting for {label}" if label else ""
@@ -191,16 +192,3 @@ def failed(exc: BaseException) -> Future[Any]:
     c = Completion()
     c.set_exception(exc)
     return Future._from(c)
-
-
-
-
-def _wait(c: Completion, timeout: float | None) -> bool:
-    """``c.wait``, telling fail-fast what the main thread is blocked on (see ``_failfast``)."""
-    if threading.get_ident() != MAIN_ID:
-        return c.wait(timeout)
-    _failfast.waiting = c
-    try:
-        return c.wait(timeout)
-    finally:
-        _failfast.waiting = None
