@@ -3,8 +3,8 @@
 Runs ``call_one(1).get()`` in a loop beside ``--load`` CPU-bound processes, ``--reps`` times
 (a fresh proc each time, as the suite does), and reports per rep: calls/s, the median call,
 the share of the time spent in calls slower than ``--stall-ms`` (a thread that waited for a
-CPU), and, from a sampler process reading ``/proc``, the share of samples (every 50 ms) in which the controller's thread and the proc's busiest thread sat on
-the same CPU::
+CPU), and, from a sampler process reading ``/proc`` every 50 ms, the share of samples in
+which the controller's thread and the proc's busiest thread sat on the same CPU::
 
     .venv/bin/python -m benchmarks.stalls --load 4 --reps 6
 
