@@ -229,15 +229,24 @@ def wait_call(c: Completion, call: _Collector | _Guard, timeout: float | None) -
 
 
 def wait_blocking(c: Completion, timeout: float | None) -> bool:
-    """``c.wait(timeout)``, telling fail-fast what the main thread is blocked on (see
-    ``_failfast``: a failure reported meanwhile ends the wait with the report)."""
+    """``c.wait(timeout)``, telling fail-fast what the main thread is blocked on.
+
+    A fail-fast signal lets a blocked ``get()`` raise its call's failure itself, so that an
+    uncaught one keeps its traceback (``_failfast``). Compiled code runs no signal handler,
+    so the signal is often handled only back in ``Future.get``: ``waiting`` therefore stays
+    set when the wait ends with a result, and ``Future.get`` clears it once it has that
+    result or raised it.
+    """
     if threading.get_ident() != MAIN_ID:
         return c.wait(timeout)
     _failfast.waiting = c
+    done = False
     try:
-        return c.wait(timeout)
+        done = c.wait(timeout)
     finally:
-        _failfast.waiting = None
+        if not done:  # timed out, or interrupted: nothing of this call to raise
+            _failfast.waiting = None
+    return done
 
 
 _future.call_problem = call_problem  # what a call's Future asks before it waits

@@ -11,6 +11,7 @@ from typing import Any, Generic, TypeVar
 
 from .._debug._stacks import where_stuck
 from .._runtime._completion import Completion
+from . import _failfast
 
 _running_loop = asyncio._get_running_loop  # None outside a running loop, and never raises
 
@@ -29,7 +30,8 @@ call_problem: Callable[[Any, bool], str | None] | None = None
 wait_call: Callable[[Completion, Any, float | None], bool] | None = None
 
 #: Set by ``_endpoint``: ``(completion, timeout) -> bool``, ``completion.wait`` telling
-#: fail-fast what the main thread is blocked on (see ``_failfast``).
+#: fail-fast what the main thread is blocked on (see ``_failfast``); after a wait that ended
+#: with a result, ``get`` clears ``_failfast.waiting`` once it returned or raised it.
 wait_blocking: Callable[[Completion, float | None], bool] | None = None
 
 
@@ -105,6 +107,11 @@ class Future(Generic[R]):
                 what = f": still waiting for {label}" if label else ""
                 raise TimeoutError(f"no result within {timeout}s{what}"
                                    f"{where_stuck(c.label, timeout)}")
+            if _failfast.waiting is c:  # the main thread waited: see ``wait_blocking``
+                try:
+                    return c.outcome()  # type: ignore[no-any-return,unused-ignore]
+                finally:
+                    _failfast.waiting = None
         return c.outcome()  # type: ignore[no-any-return,unused-ignore]
 
     def _guard_blocking(self) -> None:
