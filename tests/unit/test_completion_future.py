@@ -250,3 +250,39 @@ def test_a_label_object_is_asked_only_on_timeout_and_dropped_when_done() -> None
     assert c.describe() == "p.ping() on ranks [3]"
     c.set_result(1)
     assert c.label == "" and c.describe() == ""  # the describer is let go: no cycle through it
+
+
+def test_the_main_threads_wait_names_its_completion_until_get_has_raised(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail-fast lets a blocked get() raise its call's failure (the traceback is kept) only
+    while ``_failfast.waiting`` names the completion; compiled waits run no signal handler,
+    so the signal is often handled back in get(), after the wait: the name must last until
+    get() has raised."""
+    from regency._api import _endpoint, _failfast, _future
+
+    assert threading.current_thread() is threading.main_thread()
+    done = Completion()
+    done.set_exception(RuntimeError("the proc died"))
+    assert _endpoint.wait_blocking(done, 1.0)
+    assert _failfast.waiting is done  # left for get() to clear
+    _failfast.waiting = None
+    assert not _endpoint.wait_blocking(Completion(), 0.0)
+    assert _failfast.waiting is None  # a timed-out wait has nothing to raise
+
+    seen: list[Any] = []
+
+    def wait_then_fail(c: Completion, timeout: float | None) -> bool:
+        c.set_exception(RuntimeError("the proc died"))  # the failure ends the wait
+        _failfast.waiting = c
+        return True
+
+    monkeypatch.setattr(_future, "wait_blocking", wait_then_fail)
+    c = Completion()
+    fut: Future[int] = Future._from(c)
+    with pytest.raises(RuntimeError, match="the proc died"):
+        try:
+            fut.get(timeout=5)
+        finally:
+            seen.append(_failfast.waiting)
+    assert seen == [None]  # cleared by the time the failure left get()
+    assert _failfast.waiting is None
