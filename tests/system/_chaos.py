@@ -123,6 +123,17 @@ class Worker:
         """How many descriptors the worker holds."""
         return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
 
+    def wait_fds(self, at_most: int, timeout: float) -> int:
+        """Wait until the worker holds at most ``at_most`` descriptors; how many it holds.
+
+        Accepting again is not having descriptors free: the connections still in the
+        listener's backlog are accepted, and hold one each, until their hang-up is read."""
+        deadline = time.monotonic() + timeout
+        while (held := self.fds()) > at_most:
+            assert time.monotonic() < deadline, f"the worker still holds {held} descriptors"
+            time.sleep(0.02)  # polled: /proc has no event for it; bounded by the deadline
+        return held
+
     def stop(self) -> None:
         """Terminate the worker and its session (procs included)."""
         if self.proc.poll() is None:

@@ -83,6 +83,7 @@ def test_spawning_on_a_worker_out_of_descriptors_says_so(workers: list[Worker]) 
     try:
         s.next()
         start = len(w.lines)
+        attached = w.fds()  # the controller attached: what the worker holds at rest
         idle = _open(w, 120)
         w.wait_for(lambda ln: "cannot accept a connection" in ln, 30, start)
         s.go_on()
@@ -90,6 +91,7 @@ def test_spawning_on_a_worker_out_of_descriptors_says_so(workers: list[Worker]) 
         for sock in idle:
             sock.close()
         w.wait_for(lambda ln: "accepts again" in ln, 30, start)
+        w.wait_fds(attached + 8, 30)  # the backlog's connections closed as well
         s.go_on()
         released = s.next()
         s.finish()
