@@ -205,7 +205,8 @@ class Controller:
         self.stderr: list[str] = []
         threading.Thread(target=self._pump, args=(self.proc.stdout, self.lines), daemon=True
                          ).start()
-        threading.Thread(target=self._pump_err, daemon=True).start()
+        self._err_pump = threading.Thread(target=self._pump_err, daemon=True)
+        self._err_pump.start()
 
     @property
     def pid(self) -> int:
@@ -265,6 +266,8 @@ class Controller:
             if line is None:
                 break
             self.stdout.append(line)
+        # and of stderr: its reader may not have run since the exit (a busy machine)
+        self._err_pump.join(max(0.0, deadline - time.monotonic()))
         return code
 
     def kill(self) -> None:
