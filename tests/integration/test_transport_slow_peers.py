@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import threading
 from typing import Any
 
 import pytest
@@ -178,4 +179,66 @@ def test_an_impatient_peer_still_gives_up_at_the_connect_deadline() -> None:
         server.router.close()
 
     with config.configured(connect_timeout=LIMIT):
+        asyncio.run(main())
+
+
+def test_a_connection_opens_while_its_loop_is_busy() -> None:
+    """The handshake runs on the connector's thread, so a loop that does not come back for
+    a long time (one handling a flood on a busy machine) does not hold up the connection:
+    the peer accepts it while the loop is still blocked, and the queued frame follows."""
+    secret = new_secret()
+    server = Endpoint(secret)
+    accepted = threading.Event()
+    plain_accept = server.router._accepted
+
+    def accept_and_tell(*args: Any) -> None:
+        plain_accept(*args)
+        accepted.set()
+
+    server.router._accepted = accept_and_tell  # type: ignore[method-assign]
+    server_loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=server_loop.run_forever, daemon=True)
+    thread.start()
+    name = f"unix:@regency-test-busy-{os.getpid()}"
+    address = asyncio.run_coroutine_threadsafe(server.router.listen(name), server_loop).result(30)
+
+    async def main() -> None:
+        client = Endpoint(secret)
+        await client.router.listen(f"{name}-client")
+        client.router.send(address, [b"hello"])
+        await asyncio.wait_for(_until(lambda: client.router.connector.thread is not None), 30)
+        assert accepted.wait(30), "the handshake waited for the blocked loop"  # loop blocked
+        await asyncio.wait_for(_until(lambda: server.frames == [b"hello"]), 30)
+        connector = client.router.connector.thread
+        assert connector is not None
+        connector.join(30)  # no attempt in flight: the thread ends
+        assert not connector.is_alive()
+        client.router.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        server_loop.call_soon_threadsafe(server.router.close)
+        server_loop.call_soon_threadsafe(server_loop.stop)
+        thread.join(30)
+        server_loop.close()
+
+
+def test_closing_a_router_ends_a_connection_attempt_in_flight() -> None:
+    """Closing the router stops the connector's thread even while a handshake waits on a
+    frozen peer, and nothing is reported lost for it (the router is closing)."""
+    async def main() -> None:
+        client, server, proxy = await _pair()
+        client.router.send(proxy.address, [b"never"])
+        await proxy.accepted.wait()
+        connector = client.router.connector.thread
+        assert connector is not None
+        await client.router.aclose()
+        await asyncio.get_running_loop().run_in_executor(None, connector.join, 30)
+        assert not connector.is_alive()
+        assert client.lost == []
+        proxy.close()
+        server.router.close()
+
+    with config.configured(connect_timeout=30.0):
         asyncio.run(main())

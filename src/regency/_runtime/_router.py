@@ -35,6 +35,7 @@ from .._version import __version__
 from ..errors import AuthenticationError
 from ._borrow import ReadHere
 from ._bufpool import POOL
+from ._connector import Connector
 from ._lines import Lines
 
 log = logging.getLogger("regency.router")
@@ -82,6 +83,7 @@ class Router:
         self._on_undeliverable = on_undeliverable
         self._listeners: list[Listener] = []
         self._tasks: set[asyncio.Task[None]] = set()
+        self.connector = Connector()  # opens connections off the loop (``_connector``)
         self.tcp_identity = ""  # how peers across the network know us, if we listen on tcp
         self.resolver: Callable[[str], Awaitable[str]] | None = None  # for via: addresses
         self.tls: tuple[ssl.SSLContext, ssl.SSLContext] | None = None  # (server, client)
@@ -208,9 +210,9 @@ class Router:
                 deadline = max(deadline, loop.time() + limit)
             try:
                 left = None if patient else max(deadline - loop.time(), _MIN_HANDSHAKE_S)
-                sock, rest, tls = await connect(target, self.secret, VERSION,
-                                                self.identity_for(peer.addr),
-                                                self.tls[1] if self.tls else None, left)
+                sock, rest, tls = await self.connector.run(
+                    connect(target, self.secret, VERSION, self.identity_for(peer.addr),
+                            self.tls[1] if self.tls else None, left))
                 break
             except OSError as exc:
                 if patient and (starting or _hung_up(exc)):
@@ -337,6 +339,7 @@ class Router:
             listener.close()
         for task in list(self._tasks):
             task.cancel()
+        self.connector.close()
         for conn in list(self.connections):
             conn.close()
         if self.poller is not None:
