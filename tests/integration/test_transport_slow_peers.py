@@ -242,3 +242,34 @@ def test_closing_a_router_ends_a_connection_attempt_in_flight() -> None:
 
     with config.configured(connect_timeout=30.0):
         asyncio.run(main())
+
+
+def test_a_peer_that_reached_us_while_our_attempt_hung_is_not_lost() -> None:
+    """Both ends open at once, and ours hangs: the peer's loop is paused (a proc in a
+    debugger) after it connected to us. Our frames leave on its connection, and when our own
+    attempt ends at the deadline the peer is not declared lost (before, a SupervisionError
+    reached the caller of the paused rank after connect_timeout)."""
+    async def main() -> None:
+        client, server, proxy = await _pair()
+        client.router.send(proxy.address, [b"queued"])  # our attempt hangs at the proxy
+        await proxy.accepted.wait()
+        connector = client.router.connector.thread
+        assert connector is not None
+        # The peer at that address connects to us itself (it announces the address).
+        server.router.identity_for = lambda target: proxy.address  # type: ignore[method-assign]
+        client_address = client.router.address
+        server.router.send(client_address, [b"from the peer"])
+        await asyncio.wait_for(_until(lambda: server.frames == [b"queued"]), 30)
+        await asyncio.get_running_loop().run_in_executor(None, connector.join, 30)
+        assert not connector.is_alive()  # our attempt has ended: past connect_timeout
+        assert client.lost == [], client.lost
+        assert not client.router.is_dead(proxy.address)
+        client.router.send(proxy.address, [b"after"])
+        await asyncio.wait_for(_until(lambda: server.frames == [b"queued", b"after"]), 30)
+        assert client.frames == [b"from the peer"]
+        proxy.close()
+        client.router.close()
+        server.router.close()
+
+    with config.configured(connect_timeout=LIMIT):
+        asyncio.run(main())

@@ -7,6 +7,7 @@ controller the test started.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -55,6 +56,9 @@ class Terminals:
         for child in self.children:
             if child.isalive():
                 child.terminate(force=True)
+            # Its last words reach its log (it may have read its end already: ValueError).
+            with contextlib.suppress(pexpect.ExceptionPexpect, ValueError, OSError):
+                child.expect(pexpect.EOF, timeout=5)
             child.logfile_read.close()
 
 
@@ -215,6 +219,7 @@ ASYNC_POST_MORTEM = """
             a.run.call().get()
         except Exception as exc:
             print("caller got", type(exc).__name__, "ZeroDivisionError" in str(exc))
+            print(exc)  # in pty-0.log when the test fails
         procs.stop().get()
         print("script done")
 """

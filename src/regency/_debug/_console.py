@@ -37,6 +37,12 @@ class Console:
         self.bye = False
         self.typing: str | None = None  # the prompt, while the person types a line
         self.lost = ""
+        # Held while text from the service is written, and while readline draws a prompt (it
+        # writes one character at a time, without the interpreter lock): text never lands
+        # inside a prompt. ``prompt_hook`` says whether readline tells us when it has drawn.
+        self.screen = threading.Lock()
+        self.prompt_hook = False
+        self._drawing = False
         self._reader = threading.Thread(target=self._read, name="regency-debug-reader",
                                         daemon=True)
 
@@ -66,12 +72,33 @@ class Console:
 
     def _show(self, text: str) -> None:
         """Print text from the service; while a line is being typed, above it."""
-        typing = self.typing
-        if typing is None:
-            sys.stdout.write(text)
-        else:  # clear the prompt line, print, then show the prompt and what was typed again
-            sys.stdout.write("\r\x1b[K" + text + typing + _line_buffer())
-        sys.stdout.flush()
+        with self.screen:
+            typing = self.typing
+            if typing is None:
+                sys.stdout.write(text)
+            else:  # clear the prompt line, print, then show the prompt and what was typed again
+                sys.stdout.write("\r\x1b[K" + text + typing + _line_buffer())
+            sys.stdout.flush()
+
+    def _input(self, prompt: str) -> str:
+        """``input(prompt)``, with text from the service held back while the prompt is drawn."""
+        self.screen.acquire()
+        self.typing = prompt
+        self._drawing = self.prompt_hook and _reads_with_readline()
+        if not self._drawing:
+            self.screen.release()
+        try:
+            return input(prompt)
+        finally:
+            self.prompt_drawn()  # Ctrl-C or end of input before readline drew it
+            with self.screen:
+                self.typing = None
+
+    def prompt_drawn(self) -> None:
+        """readline's pre-input hook: the prompt is on the screen, text may follow."""
+        if self._drawing:
+            self._drawing = False
+            self.screen.release()
 
     def run(self) -> int:
         """Talk until ``quit``, end of input, or the controller going away."""
@@ -87,15 +114,11 @@ class Console:
                 prompt, self.prompt = self.prompt or "", None
                 self.ready.clear()
                 try:
-                    self.typing = prompt
-                    line = input(prompt)
-                    self.typing = None
+                    line = self._input(prompt)
                 except EOFError:
-                    self.typing = None
                     sys.stdout.write("\n")
                     line = "quit" if prompt.startswith("regency_dbg") else "detach"
                 except KeyboardInterrupt:
-                    self.typing = None
                     sys.stdout.write("\n")
                     if self.lost:
                         break
@@ -144,6 +167,20 @@ def _setup_readline(console: Console) -> None:
     readline.set_completer(complete)
     readline.set_completer_delims(" \t\n()")
     readline.parse_and_bind("tab: complete")
+    if hasattr(readline, "set_pre_input_hook"):  # GNU readline; libedit may lack it
+        readline.set_pre_input_hook(console.prompt_drawn)
+        console.prompt_hook = True
+
+
+def _reads_with_readline() -> bool:
+    """Whether ``input()`` will go through readline (the process's own terminal)."""
+    stdin, stdout = sys.__stdin__, sys.__stdout__
+    if stdin is None or stdout is None or sys.stdin is not stdin or sys.stdout is not stdout:
+        return False
+    try:
+        return stdin.isatty() and stdout.isatty()
+    except ValueError:  # closed
+        return False
 
 
 def _line_buffer() -> str:

@@ -8,6 +8,9 @@ to the peer's socket when the connection is up, and queues the frame (in order) 
 being opened; the connection retries while the peer is still starting, since procs are
 addressed before they listen. An accepted connection announces its owner's listening address
 in the handshake and is reused for sending back when we have none of our own to that address.
+Both ends may open at once: when the peer's connection is accepted while ours is still being
+opened, frames leave on the accepted one, and our attempt only ends (it never makes a peer
+that reached us "lost": a proc paused in a debugger accepts nothing, yet is there).
 
 Rule: frames for one address leave on one connection, in the order ``send`` was called, so
 messages from one sender to one actor arrive in send order. A peer whose connection was lost
@@ -218,24 +221,36 @@ class Router:
                 if patient and (starting or _hung_up(exc)):
                     deadline = max(deadline, loop.time() + limit)  # it answered, slowly
                 if not _retryable(exc) or loop.time() > deadline or self.closing:
-                    log.warning("regency: cannot connect to %s: %s", peer.addr, exc)
-                    self._mark_dead(peer, exc)
+                    self._give_up(peer, exc)
                     return
                 await asyncio.sleep(delay)
+                if peer.conn is not None:  # it connected to us meanwhile
+                    return
                 delay = min(delay * 2, 0.02 if _starting(exc) else 0.5)
             except AuthenticationError as exc:
-                log.warning("regency: cannot connect to %s: %s", peer.addr, exc)
-                self._mark_dead(peer, exc)
+                self._give_up(peer, exc)
                 return
             except Exception as exc:  # a bug must not leave the peer's queue waiting forever
                 log.exception("regency: internal error connecting to %s", peer.addr)
-                self._mark_dead(peer, exc)
+                self._give_up(peer, exc, quiet=True)
                 return
         conn = self._connection(sock, None, peer.addr, rest, tls)
         with self._lock:
             if peer.conn is None and peer.dead is None:
                 self._attach(peer, conn)
         conn.start()
+
+    def _give_up(self, peer: Peer, exc: BaseException, quiet: bool = False) -> None:
+        """Our attempt to reach ``peer`` failed for good: the peer is lost, unless it opened a
+        connection to us meanwhile (accepted and attached: our frames leave on it, and the
+        attempt was only a second way there). A peer busy too long to answer a handshake,
+        such as a proc whose loop a debugger pauses, still reads its own connection."""
+        if peer.conn is not None:
+            log.debug("regency: %s reached us itself; our attempt ended: %s", peer.addr, exc)
+            return
+        if not quiet:
+            log.warning("regency: cannot connect to %s: %s", peer.addr, exc)
+        self._mark_dead(peer, exc)
 
     # -- accepting (loop thread) ------------------------------------------------------------
     def _accepted(self, sock: socket.socket, identity: str, rest: bytes,
