@@ -10,7 +10,7 @@ addressed before they listen. An accepted connection announces its owner's liste
 in the handshake and is reused for sending back when we have none of our own to that address.
 Both ends may open at once: when the peer's connection is accepted while ours is still being
 opened, frames leave on the accepted one, and our attempt only ends (it never makes a peer
-that reached us "lost": a proc paused in a debugger accepts nothing, yet is there).
+that reached us "lost": a proc paused in a debugger answers no handshake, yet is there).
 
 Rule: frames for one address leave on one connection, in the order ``send`` was called, so
 messages from one sender to one actor arrive in send order. A peer whose connection was lost
