@@ -55,6 +55,7 @@ class FrozenProxy:
         self.address = f"unix:@regency-test-proxy-{os.getpid()}-{id(self)}"
         self.accepted = asyncio.Event()
         self.thaw = asyncio.Event()
+        self.refuse = asyncio.Event()  # answer waiting handshakes with bytes no peer sends
         self.connections = 0
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind("\0" + self.address[len("unix:@"):])
@@ -84,7 +85,14 @@ class FrozenProxy:
 
     async def _serve(self, conn: socket.socket) -> None:
         loop = asyncio.get_running_loop()
-        await self.thaw.wait()
+        waits = [loop.create_task(self.thaw.wait()), loop.create_task(self.refuse.wait())]
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for wait in waits:
+            wait.cancel()
+        if self.refuse.is_set():
+            await loop.sock_sendall(conn, b"\xff" * 64)
+            conn.close()
+            return
         up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         up.setblocking(False)
         await loop.sock_connect(up, "\0" + self.target[len("unix:@"):])
@@ -247,8 +255,9 @@ def test_closing_a_router_ends_a_connection_attempt_in_flight() -> None:
 def test_a_peer_that_reached_us_while_our_attempt_hung_is_not_lost() -> None:
     """Both ends open at once, and ours hangs: the peer's loop is paused (a proc in a
     debugger) after it connected to us. Our frames leave on its connection, and when our own
-    attempt ends at the deadline the peer is not declared lost (before, a SupervisionError
-    reached the caller of the paused rank after connect_timeout)."""
+    attempt fails for good the peer is not declared lost (before, a SupervisionError reached
+    the caller of the paused rank after connect_timeout). The attempt fails when the test
+    says (the proxy answers with bytes no peer sends), never by a deadline."""
     async def main() -> None:
         client, server, proxy = await _pair()
         client.router.send(proxy.address, [b"queued"])  # our attempt hangs at the proxy
@@ -260,8 +269,9 @@ def test_a_peer_that_reached_us_while_our_attempt_hung_is_not_lost() -> None:
         client_address = client.router.address
         server.router.send(client_address, [b"from the peer"])
         await asyncio.wait_for(_until(lambda: server.frames == [b"queued"]), 30)
+        proxy.refuse.set()  # our attempt fails now, for good (not a reason to try again)
         await asyncio.get_running_loop().run_in_executor(None, connector.join, 30)
-        assert not connector.is_alive()  # our attempt has ended: past connect_timeout
+        assert not connector.is_alive()  # our attempt has ended
         assert client.lost == [], client.lost
         assert not client.router.is_dead(proxy.address)
         client.router.send(proxy.address, [b"after"])
@@ -271,5 +281,5 @@ def test_a_peer_that_reached_us_while_our_attempt_hung_is_not_lost() -> None:
         client.router.close()
         server.router.close()
 
-    with config.configured(connect_timeout=LIMIT):
+    with config.configured(connect_timeout=30.0):
         asyncio.run(main())
