@@ -108,6 +108,36 @@ def _raw_connect(addr: str) -> socket.socket:
     return s
 
 
+def test_a_peer_that_hangs_up_in_the_handshake_was_not_refused(
+    address: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A dialer that goes away before its handshake ends (one that gave up waiting for a
+    paused process, a port probe) is logged as a hang-up at INFO, not as a refusal: the
+    accepting side refused nothing, and says so only when it did."""
+    def said(words: str) -> list[logging.LogRecord]:
+        return [r for r in caplog.records if words in r.getMessage()]
+
+    async def main() -> None:
+        server = Endpoint(new_secret())
+        addr = await server.router.listen(address)
+        loop = asyncio.get_running_loop()
+        s = await loop.run_in_executor(None, _raw_connect, addr)
+        s.close()
+        await until(lambda: said("hung up"), timeout=20)
+        friend = Endpoint(server.router.secret)  # and it goes on serving
+        await friend.router.listen("tcp:127.0.0.1:0")
+        friend.router.send(addr, [b"hello"])
+        await until(lambda: server.frames == [[b"hello"]], timeout=20)
+        for e in (server, friend):
+            e.router.close()
+
+    with caplog.at_level(logging.INFO, logger="regency"):
+        asyncio.run(main())
+    (line,) = said("hung up")
+    assert line.levelno == logging.INFO and "ended in its handshake" in line.getMessage()
+    assert said("refused a connection") == []
+
+
 @pytest.mark.parametrize("garbage", [
     b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
     b"\x00" * 64,

@@ -220,10 +220,18 @@ class Listener:
         try:
             rest = await handshake(conn, hs, self.timeout, tls=tls,
                                    penalty=lambda: self.failures.penalty(source))
+        except (ConnectionResetError, BrokenPipeError) as exc:
+            if isinstance(exc, TlsRefused):
+                _refused(self.address, source, exc)
+            else:  # nothing was refused: the peer went away (a dialer that gave up, a probe)
+                refusals.log(logging.INFO, self.address, "regency: a connection to %s from %s "
+                             "ended in its handshake: the peer hung up (%s)", self.address,
+                             source or "this host", exc)
+            conn.close()
+            return
         except (AuthenticationError, OSError, TimeoutError, asyncio.TimeoutError,
                 ssl.SSLError) as exc:
-            refusals.warning(self.address, "regency: refused a connection to %s from %s: %s",
-                             self.address, source or "this host", exc)
+            _refused(self.address, source, exc)
             conn.close()
             return
         self.on_accepted(conn, hs.peer_identity or "?", rest, tls)
@@ -270,3 +278,8 @@ async def connect(
         sock.close()
         raise
     return sock, rest, tls
+
+
+def _refused(address: str, source: str | None, exc: BaseException) -> None:
+    refusals.warning(address, "regency: refused a connection to %s from %s: %s", address,
+                     source or "this host", exc)
