@@ -24,6 +24,7 @@ from ._service import INTERRUPT
 __all__ = ["Console", "run"]
 
 HISTORY = Path(os.path.expanduser("~/.regency_debug_history"))
+_PROMPT_PATIENCE = 1.0  # s text from the service waits at most for readline to draw a prompt
 
 
 class Console:
@@ -37,10 +38,11 @@ class Console:
         self.bye = False
         self.typing: str | None = None  # the prompt, while the person types a line
         self.lost = ""
-        # Held while text from the service is written, and while readline draws a prompt (it
-        # writes one character at a time, without the interpreter lock): text never lands
-        # inside a prompt. ``prompt_hook`` says whether readline tells us when it has drawn.
-        self.screen = threading.Lock()
+        # Held while text from the service is written; ``_drawing`` is true while readline
+        # draws a prompt (it writes one character at a time, without the interpreter lock),
+        # and text waits for it to be over: text never lands inside a prompt.
+        # ``prompt_hook`` says whether readline tells us when it has drawn.
+        self.screen = threading.Condition()
         self.prompt_hook = False
         self._drawing = False
         self._reader = threading.Thread(target=self._read, name="regency-debug-reader",
@@ -73,6 +75,8 @@ class Console:
     def _show(self, text: str) -> None:
         """Print text from the service; while a line is being typed, above it."""
         with self.screen:
+            # bounded: should readline never call the hook, text shows late, not never
+            self.screen.wait_for(lambda: not self._drawing, _PROMPT_PATIENCE)
             typing = self.typing
             if typing is None:
                 sys.stdout.write(text)
@@ -81,24 +85,27 @@ class Console:
             sys.stdout.flush()
 
     def _input(self, prompt: str) -> str:
-        """``input(prompt)``, with text from the service held back while the prompt is drawn."""
-        self.screen.acquire()
-        self.typing = prompt
-        self._drawing = self.prompt_hook and _reads_with_readline()
-        if not self._drawing:
-            self.screen.release()
+        """``input(prompt)``, with text from the service held back while the prompt is drawn.
+
+        Only flags change hands (under ``screen``, which no one holds across ``input()``), so
+        a Ctrl-C at any point leaves nothing held: ``finally`` lowers the flag again.
+        """
         try:
+            with self.screen:
+                self.typing = prompt
+                self._drawing = self.prompt_hook and _reads_with_readline()
             return input(prompt)
         finally:
-            self.prompt_drawn()  # Ctrl-C or end of input before readline drew it
             with self.screen:
+                self._drawing = False  # Ctrl-C or end of input before readline drew it
                 self.typing = None
+                self.screen.notify_all()
 
     def prompt_drawn(self) -> None:
         """readline's pre-input hook: the prompt is on the screen, text may follow."""
-        if self._drawing:
+        with self.screen:
             self._drawing = False
-            self.screen.release()
+            self.screen.notify_all()
 
     def run(self) -> int:
         """Talk until ``quit``, end of input, or the controller going away."""
