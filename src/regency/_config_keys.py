@@ -64,6 +64,9 @@ REGENCY_KEYS: dict[str, Key] = {k.name: k for k in (
          "how long fail-fast waits for procs to stop before exiting"),
     _key("debug_post_mortem", "bool", False,
          "pause a rank in the debugger at any uncaught endpoint exception (regency debug)"),
+    _key("deadlock_probe_after", "duration", 1.0,
+         "an endpoint's wait on a call that lasts this long is checked for a cycle of calls "
+         "(0: never)"),
     _key("timeout_stack_dump", "bool", True,
          "a Future.get(timeout>=1s) that expires shows where the callee is stuck"),
     _key("log_dir", "str", "", "where every proc's whole output is kept (default: "

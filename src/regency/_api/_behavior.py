@@ -30,6 +30,7 @@ from ._endpoint import TENSOR_CALL
 from ._ports import Port
 from ._proc_mesh import proc_mesh_of
 from ._sealed import seal
+from ._waits import Started
 
 #: (resolve, resolve_async), installed by the tensor engine's broker when a call brings
 #: remote tensors: wait for their local values and put them in the arguments (ADR 0025).
@@ -46,6 +47,8 @@ class MessageContext(Context):
         self.global_rank = global_rank
         self.endpoint = endpoint  # the endpoint this message runs (a breakpoint names it)
         self.concurrent = False  # a @concurrent_endpoint body: the mailbox keeps moving
+        self.port: Any = None  # where its reply goes: which call it runs (``_waits``)
+        self.waits: list[Any] = []  # the calls it has waited on for long (``_waits``)
 
     @cached_property
     def message_rank(self) -> Point:  # type: ignore[override]
@@ -93,6 +96,11 @@ class ActorBehavior:
         self._targets: dict[str, tuple[Any, bool]] = {}  # endpoint -> (bound method, explicit)
         self._own: Any = {}  # the actor's instance dict, once it exists
         self._ctx: MessageContext | None = None  # the context of the last message (sync)
+        # what a wait probe asks (``_waits``): the serial message being handled, the
+        # @concurrent_endpoint bodies running (by port), the calls from actors started
+        self.current: MessageContext | None = None
+        self.bodies: dict[Any, MessageContext] = {}
+        self.started = Started()
 
     # -- construction ------------------------------------------------------------------------
     def setup_context(self) -> None:
@@ -127,6 +135,10 @@ class ActorBehavior:
             ctx = self._ctx = MessageContext(self.instance, call.cast, self.g, name)
         if _current.get(None) is not ctx:  # the last message's, when sent the same way
             _current.set(ctx)
+        ctx.port = port
+        if port is not None and call.sender != "root":  # a call an actor may wait on
+            self.started.add(port)
+        self.current = ctx
         status = self._status
         if status is not None:  # what the host agent reports if the proc dies meanwhile
             status[:128] = self._status_names.get(name) or self._running_record(name)
@@ -160,6 +172,7 @@ class ActorBehavior:
                 except Exception as exc:
                     self._unpicklable(port, exc, name)
         finally:
+            self.current = None
             if _debug.armed:
                 _debug.call_ended()
             if self._status is not None:
@@ -191,7 +204,15 @@ class ActorBehavior:
             self._say_running(name)
         ctx = MessageContext(self.instance, call.cast, self.g, name)
         ctx.concurrent = concurrent
+        ctx.port = port
         set_context(ctx)
+        if port is not None and call.sender != "root":  # a call an actor may wait on
+            self.started.add(port)
+        if concurrent:
+            if port is not None:
+                self.bodies[port] = ctx
+        else:
+            self.current = ctx
         explicit = False
         try:
             fn, explicit, args, kwargs = self._prepare(name, port, frame)
@@ -212,6 +233,10 @@ class ActorBehavior:
             if port is not None and not explicit:
                 self._reply(port, result, name)
         finally:
+            if concurrent:
+                self.bodies.pop(port, None)
+            else:
+                self.current = None
             if _debug.armed:
                 _debug.call_ended()
             if self._status is not None:

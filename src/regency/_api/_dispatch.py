@@ -4,7 +4,8 @@
   owners ``ActorFailed``, ``ProcUp``, ``ProcExited`` and lost connections (``_failures``);
   ``ProcOutput`` is written out here;
 * at the root: ``GetOrSpawnController`` (``_controllers``);
-* ``Fault``: test-only fault injection, carried out by ``regency.testing``.
+* ``Fault``: test-only fault injection, carried out by ``regency.testing``;
+* ``WaitProbe``: probes of calls that wait on each other (``_waits``).
 
 Procs add ``StopProc`` (``_proc_main``), workers their lease messages (``_workers``).
 """
@@ -20,6 +21,7 @@ from ._spawning import on_spawn_actor
 from ._state import api_state
 from ._stopping import on_stop_actor
 from ._supervisor import Supervisor
+from ._waits import install as install_wait_probes
 
 __all__ = ["install"]
 
@@ -34,6 +36,7 @@ def install(rt: Runtime) -> None:
     rt.handle(m.GetOrSpawnController, lambda msg: on_get_or_spawn_controller(rt, msg))
     rt.handle(m.Fault, lambda msg: _inject_fault(rt, msg))
     rt.handle(m.ProcOutput, lambda msg: write_lines(msg.label, msg.stream, msg.lines))
+    install_wait_probes(rt)
     rt.peer_lost_hooks.append(lambda addr, exc: on_peer_lost(rt, addr, exc))
     sup = api_state(rt).supervisor = Supervisor(rt)
     rt.undeliverable_text = sup.undeliverable

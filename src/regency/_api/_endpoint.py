@@ -34,6 +34,7 @@ from ._process import runtime
 from ._replies import decode, to_exception
 from ._route import Route
 from ._value_mesh import ValueMesh
+from ._waits import wait_watched, watch_await
 
 if TYPE_CHECKING:  # annotations only: an endpoint belongs to a mesh, one layer up
     from ._actor_mesh import ActorMesh
@@ -86,8 +87,9 @@ class Endpoint(Generic[R]):
         if len(route.ranks) != 1:
             shape = route.shape
             raise ValueError(
-                f"call_one requires exactly 1 actor, but mesh {self._mesh._name_text} has "
-                f"{len(shape)} ({shape.extent}); slice it first, e.g. mesh.slice(...)"
+                f"call_one requires exactly 1 actor, but mesh has {len(shape)} (mesh "
+                f"{self._mesh._name_text}, {shape.extent}); slice it first, e.g. "
+                "mesh.slice(...)"
             )
         return self._one(route, args, kwargs)
 
@@ -225,6 +227,8 @@ def wait_call(c: Completion, call: _Collector | _Guard, timeout: float | None) -
     problem = call_problem(call, False)
     if problem:
         raise RuntimeError(problem)
+    if threading.get_ident() != MAIN_ID:  # an actor's handler (or a thread of the user's)
+        return wait_watched(c, call, timeout)  # a wait that lasts is probed (``_waits``)
     return wait_blocking(c, timeout)
 
 
@@ -252,6 +256,7 @@ def wait_blocking(c: Completion, timeout: float | None) -> bool:
 _future.call_problem = call_problem  # what a call's Future asks before it waits
 _future.wait_call = wait_call  # and how it waits, compiled (ADR 0031)
 _future.wait_blocking = wait_blocking
+_future.watch_await = watch_await
 
 
 def _rt() -> Runtime:

@@ -29,6 +29,10 @@ call_problem: Callable[[Any, bool], str | None] | None = None
 #: outside a running asyncio loop (``call_problem``, then the wait; False on timeout).
 wait_call: Callable[[Completion, Any, float | None], bool] | None = None
 
+#: Set by ``_endpoint``: ``(completion, call) -> generator``, the ``await`` of a call's future
+#: (in an actor's handler, a wait that lasts is probed for a cycle of calls: ``_waits``).
+watch_await: Callable[[Completion, Any], Generator[Any, None, Any]] | None = None
+
 #: Set by ``_endpoint``: ``(completion, timeout) -> bool``, ``completion.wait`` telling
 #: fail-fast what the main thread is blocked on (see ``_failfast``); after a wait that ended
 #: with a result, ``get`` clears ``_failfast.waiting`` once it returned or raised it.
@@ -175,6 +179,8 @@ class Future(Generic[R]):
         problem = self._problem(True)
         if problem:
             raise RuntimeError(problem)
+        if self._call is not None and watch_await is not None:
+            return (yield from watch_await(c, self._call))  # probed if it lasts
         return (yield from c.as_asyncio().__await__())
 
     def __repr__(self) -> str:
