@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 
@@ -64,6 +65,8 @@ def test_call_one(counters) -> None:
     # a 1-element mesh that keeps its dimensions works too
     who2 = counters.slice(hosts=slice(0, 1), gpus=slice(1, 2)).whoami.call_one().get(timeout=T)
     assert who2["actor_rank"] == {"hosts": 0, "gpus": 1}
+    with pytest.raises(ValueError, match="call_one requires exactly 1 actor, but mesh has 4"):
+        counters.whoami.call_one()
 
 
 def test_choose_reaches_one_actor(procs) -> None:
@@ -165,6 +168,23 @@ def test_await_from_asyncio_run(counters) -> None:
     assert asyncio.run(main()) == ([7] * 4, "a", "b", "b", "c", "d")
 
 
+def test_a_reply_after_its_awaiting_loop_closed_is_dropped_quietly(counters, caplog) -> None:
+    """An awaited call abandoned (a timeout, a failed gather) whose reply comes after
+    ``asyncio.run`` closed its loop: nothing to deliver it to, and nothing to print."""
+    one = counters.slice(hosts=0, gpus=0)
+
+    async def main():
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(one.echo.call_one("late").as_asyncio(), 0)
+
+    with caplog.at_level(logging.ERROR):
+        asyncio.run(main())
+        # one actor answers in order: once this reply is here, the late one was handled
+        assert one.echo.call_one("next").get(timeout=T) == "next"
+    assert not [r for r in caplog.records if "closed" in r.getMessage()
+                or "closed" in str(r.exc_info)], caplog.text
+
+
 def test_await_without_loop_is_an_error(counters) -> None:
     fut = counters.slice(hosts=0, gpus=0).echo.call_one(1)
     fut.get(timeout=T)
@@ -263,6 +283,9 @@ def test_channel_once(counters) -> None:
     with pytest.raises(RuntimeError):
         port.send("twice")
     assert recv.recv().get(timeout=T) == "only"
+    second = recv.recv()  # there is no second message: it fails, it does not wait for ever
+    with pytest.raises(ValueError, match="OncePort is already used"):
+        second.get(timeout=T)
 
 
 def test_channel_once_port_shipped_to_an_actor(procs) -> None:
@@ -282,9 +305,10 @@ def test_channel_once_port_accepts_only_one_message_even_when_copied(procs) -> N
     assert list(vm.values()) == [1, 1]
     assert recv.recv().get(timeout=T) == "v"
     # Both sends happened before the replies, on the same connections, so anything more
-    # would already be here.
-    second = recv.recv()
-    assert not second.done(), "a once port delivered a second message"
+    # would already be here (in the receiver's queue), and a second recv() says so at once.
+    assert not recv._items, "a once port delivered a second message"
+    with pytest.raises(ValueError, match="OncePort is already used"):
+        recv.recv().get(timeout=T)
 
 
 def test_open_ranked_receives_rank(counters) -> None:

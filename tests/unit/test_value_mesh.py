@@ -16,7 +16,8 @@ def vm() -> ValueMesh[int]:
 
 def test_items_and_values_in_row_major_order() -> None:
     m = vm()
-    assert list(m.values()) == [0, 1, 2, 10, 11, 12]
+    assert m.values() == [0, 1, 2, 10, 11, 12]  # a list, as Monarch gives: len, [i], twice
+    assert m.slice(h=1).values()[0] == 10
     assert [dict(p) for p, _ in m.items()] == [
         {"h": 0, "g": 0}, {"h": 0, "g": 1}, {"h": 0, "g": 2},
         {"h": 1, "g": 0}, {"h": 1, "g": 1}, {"h": 1, "g": 2},
@@ -71,4 +72,16 @@ def test_wrong_number_of_values() -> None:
 
 def test_repr_shows_extent() -> None:
     assert repr(vm()).startswith("ValueMesh({h: 2, g: 3})")
+
+
+@pytest.mark.parametrize(("selector", "words"), [
+    (slice(2, 2), "empty range 2:2:1"),
+    (slice(2, 0), "empty range 2:0:1"),
+    (range(5, 9), "empty range 3:3:1"),
+])
+def test_a_slice_that_keeps_nothing_is_refused(selector: object, words: str) -> None:
+    """Monarch's ValueError and words; an empty mesh would take calls no member answers."""
+    with pytest.raises(ValueError, match=words) as info:
+        vm().slice(g=selector)  # type: ignore[arg-type]
+    assert "dimension 'g' (size 3)" in str(info.value)
 

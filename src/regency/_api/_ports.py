@@ -72,6 +72,7 @@ class PortReceiver(Generic[R]):
         self.port_id = rt.open_port(self._on_reply)
         self.addr = rt.contact
         self._once = once
+        self._asked = [0]  # recv() calls so far, shared with ``ranked()`` views
 
     def _on_reply(self, reply: m.Reply, frame: list[memoryview]) -> None:
         if self._once:
@@ -97,6 +98,13 @@ class PortReceiver(Generic[R]):
         """A future of the next value (in arrival order)."""
         waiter = Completion(f"a message on port {self.port_id}")
         with self._lock:
+            self._asked[0] += 1
+            if self._once and self._asked[0] > 1:  # it would wait for ever (Monarch's words)
+                waiter.set_exception(ValueError(
+                    f"OncePort is already used: port {self.port_id} was opened with "
+                    "Channel.open(once=True) and takes one message, which an earlier "
+                    "recv() has; open a new channel for another"))
+                return Future._from(waiter)
             if not self._items:
                 self._waiters.append((waiter, self._ranked))
                 return Future._from(waiter)

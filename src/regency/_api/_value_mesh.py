@@ -41,10 +41,10 @@ class ValueMesh(MeshTrait, Generic[R]):
         for local, g in enumerate(shape.ranks()):
             yield shape.point(local), self._values[g]
 
-    def values(self) -> Iterator[R]:
-        """The values in row-major order."""
-        for g in self._shape_.ranks():
-            yield self._values[g]
+    def values(self) -> list[R]:
+        """The values in row-major order: a new list (as Monarch gives, not a generator)."""
+        values = self._values
+        return [values[g] for g in self._shape_.ranks()]
 
     def __iter__(self) -> Iterator[tuple[Point, R]]:
         return self.items()

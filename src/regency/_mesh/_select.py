@@ -86,3 +86,21 @@ def _restrict(label: str, size: int, selector: slice | range) -> tuple[int, int,
         raise TypeError(f"bad slice bounds for dimension {label!r}: {exc}") from None
     count = len(range(start, stop, step))
     return (start if count else 0), count, step
+
+
+def empty_selection(
+    labels: tuple[str, ...], sizes: tuple[int, ...], selections: Mapping[str, Selector]
+) -> ValueError | None:
+    """The error for a ``slice``/``range`` selector that keeps no coordinate, if any: a
+    mesh slice keeps at least one member of each dimension (Monarch's "empty range")."""
+    for label, size in zip(labels, sizes, strict=True):
+        selector = selections.get(label)
+        if isinstance(selector, (slice, range)):
+            start, stop, step = slice(selector.start, selector.stop, selector.step).indices(size)
+            if not range(start, stop, step):
+                return ValueError(
+                    f"empty range {start}:{stop}:{step}: {label}={selector!r} keeps no "
+                    f"coordinate of dimension {label!r} (size {size}); a slice of a mesh "
+                    "keeps at least one")
+    return None
+

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from regency._mesh._checks import unknown_dimension
 from regency._mesh._extent import Extent
-from regency._mesh._select import Selector
+from regency._mesh._select import Selector, empty_selection
 from regency._mesh._shape import Shape
 
 _M = TypeVar("_M", bound="MeshTrait")
@@ -51,7 +51,12 @@ class MeshTrait:
 
         Example: ``mesh.slice(host=0, gpus=slice(2, 6))`` keeps ``gpus`` and drops ``host``.
         """
-        return self._new_with_shape(self._shape.select(**selections))
+        shape = self._shape
+        selected = shape.select(**selections)
+        empty = empty_selection(shape.labels, shape.slice.sizes, selections)
+        if empty is not None:
+            raise empty
+        return self._new_with_shape(selected)
 
     def flatten(self: _M, name: str) -> _M:
         """Merge all dimensions into one called ``name``; see `Shape.flatten`."""

@@ -160,8 +160,11 @@ class Completion:
         def copy(_: Completion) -> None:
             if threading.get_ident() == owner:
                 _transfer(self, fut)
-            else:
-                loop.call_soon_threadsafe(_transfer, self, fut)
+            elif not loop.is_closed():  # closed: no one awaits it any more (asyncio.run ended)
+                try:
+                    loop.call_soon_threadsafe(_transfer, self, fut)
+                except RuntimeError:  # closed between the test and the call
+                    pass
 
         self.add_done_callback(copy)
         return fut
