@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from regency._api._actor import (
@@ -82,3 +84,14 @@ def test_the_concurrent_submodule_is_monarchs() -> None:
     assert from_submodule is regency.actor.concurrent_endpoint
     with pytest.raises(ValueError, match=r"^concurrent_endpoint can only wrap async endpoints"):
         from_submodule(lambda self: None)
+
+
+def test_an_actors_logger_is_named_after_its_class_at_debug_level() -> None:
+    """As Monarch's: ``logging.getLogger("Trainer")`` configures a Trainer's logger."""
+
+    class Trainer(Actor):
+        pass
+
+    logger = Trainer().logger
+    assert logger is logging.getLogger("Trainer")
+    assert logger.level == logging.DEBUG

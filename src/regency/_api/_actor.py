@@ -30,9 +30,11 @@ class Actor(NotAMesh):
 
     @functools.cached_property
     def logger(self) -> logging.Logger:
-        """A logger named after the actor class."""
-        cls = type(self)
-        return logging.getLogger(f"{cls.__module__}.{cls.__qualname__}")
+        """A logger named after the actor class (its ``__name__``), at level DEBUG: what
+        Monarch gives, so a ported program's logging setup finds the same loggers."""
+        lgr = logging.getLogger(type(self).__name__)
+        lgr.setLevel(logging.DEBUG)
+        return lgr
 
 
 class EndpointProperty:
