@@ -27,6 +27,13 @@ class Hopper(Actor):
         return getattr(self.peer, via).call_one(n - 1, via=via).get()
 
     @endpoint
+    def hop_t(self, n: int, via: str = "hop_t") -> str:
+        """``hop`` with a timeout on its wait: a cycle through it ends by itself."""
+        if n == 0:
+            return "done"
+        return getattr(self.peer, via).call_one(n - 1, via=via).get(timeout=2)
+
+    @endpoint
     def hop_all(self, n: int) -> list[str]:
         """Waits on every member of its peer mesh."""
         return list(self.peer.hop.call(n - 1).get().values())
@@ -69,6 +76,21 @@ class AsyncHopper(Actor):
     @endpoint
     async def hop_all(self, n: int) -> list[str]:
         return list((await self.peer.hop.call(n - 1)).values())
+
+    @endpoint
+    async def step(self, seconds: float) -> str:
+        """Starts a task that waits on its peer (which calls back), then sleeps: the task's
+        wait is not the endpoint's."""
+        self.background = asyncio.create_task(self._notify())
+        await asyncio.sleep(seconds)
+        return "stepped"
+
+    async def _notify(self) -> str:
+        return await self.peer.hop.call_one(1)
+
+    @endpoint
+    async def background_result(self) -> str:
+        return await self.background
 
     @endpoint
     async def echo(self) -> str:

@@ -103,3 +103,39 @@ def test_a_call_that_only_takes_long_is_left_alone(procs: Any, kind: str) -> Non
     """Probes go out (the wait outlasts several probe intervals) and find no cycle."""
     a, _ = ring(procs, [kind, "sync"], f"slow_{kind}")
     assert a.hop.call_one(1, via="slow").get(timeout=T) == "slow"
+
+
+def test_a_wait_of_a_task_the_endpoint_started_is_not_the_endpoints(procs: Any) -> None:
+    """a.step starts a task that waits for b.hop, which calls a.hop, queued behind a.step;
+    a.step itself only sleeps, so it returns, and then everything does."""
+    a, _ = ring(procs, ["async", "sync"], "task")
+    assert a.step.call_one(1.0).get(timeout=T) == "stepped"
+    assert a.background_result.call_one().get(timeout=T) == "done"
+
+
+def test_a_cycle_through_a_wait_with_a_timeout_ends_with_the_timeout(procs: Any) -> None:
+    """b's wait has a timeout, so the cycle ends by itself: the TimeoutError, not a
+    deadlock report."""
+    a, _ = ring(procs, ["sync", "sync"], "timed")
+    with pytest.raises(ActorError) as info:
+        a.hop.call_one(2, via="hop_t").get(timeout=T)
+    assert "TimeoutError" in str(info.value) and "deadlock" not in str(info.value)
+
+
+def test_a_wait_on_three_members_that_all_call_back_raises_once() -> None:
+    """Every member's probe passes the one actor they all wait behind and stops at the
+    handler it has seen: the probes do not multiply round the cycles."""
+    with config.configured(deadlock_probe_after=0.2):
+        procs = this_host().spawn_procs(per_host={"gpus": 3}, name="three")
+    try:
+        a = procs.slice(gpus=0).spawn("one", Hopper)
+        many = procs.spawn("three", Hopper)
+        a.set_peer.call(many).get(timeout=T)
+        many.set_peer.call(a).get(timeout=T)
+        with pytest.raises(ActorError) as info:
+            a.hop_all.call_one(2).get(timeout=T)
+        deadlock_text(info.value)
+        assert a.echo.call_one().get(timeout=T) == "echo"
+    finally:
+        procs.stop().get(timeout=T)
+

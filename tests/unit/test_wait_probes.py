@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from regency._api._waits import Started, _holder, _report
+from regency._api._waits import Started, WaitCycle, WaitProbe, _holder, _report
 
 P = ("unix:@caller", 7)  # the port of the call the probe asks about
 
@@ -63,3 +63,12 @@ def test_the_report_names_each_call_and_what_to_do() -> None:
     assert text.startswith("b.pong(): deadlock: these endpoint calls wait on each other")
     assert "\n  a.ping() on rank 0 waits for b.pong() on rank 0;\n  b.pong()" in text
     assert "@concurrent_endpoint" in text
+
+
+def test_no_probe_message_has_a_field_called_port() -> None:
+    """A system message with a ``port`` that cannot be delivered is answered at that port
+    with an error (``Runtime._on_undeliverable``); a probe's port is somebody's call, which
+    a probe to a dead peer must not fail."""
+    assert not hasattr(WaitProbe("m", 0, P, (), ()), "port")
+    assert not hasattr(WaitCycle("m", 0, P, ()), "port")
+

@@ -49,6 +49,7 @@ class MessageContext(Context):
         self.concurrent = False  # a @concurrent_endpoint body: the mailbox keeps moving
         self.port: Any = None  # where its reply goes: which call it runs (``_waits``)
         self.waits: list[Any] = []  # the calls it has waited on for long (``_waits``)
+        self.task: Any = None  # an async handler's own task: its awaits are its waits
 
     @cached_property
     def message_rank(self) -> Point:  # type: ignore[override]
@@ -126,6 +127,8 @@ class ActorBehavior:
         if self.is_async:
             return self._handle_async(call, frame)
         port = call.port
+        if port is not None and call.sender != "root":  # a call an actor may wait on
+            self.started.add(port)
         if (self.failure is not None or self.actor is None
                 or self.stop_requested is not None) and self._refuse(port):
             return None
@@ -136,8 +139,6 @@ class ActorBehavior:
         if _current.get(None) is not ctx:  # the last message's, when sent the same way
             _current.set(ctx)
         ctx.port = port
-        if port is not None and call.sender != "root":  # a call an actor may wait on
-            self.started.add(port)
         self.current = ctx
         status = self._status
         if status is not None:  # what the host agent reports if the proc dies meanwhile
@@ -185,6 +186,8 @@ class ActorBehavior:
 
     async def _handle_async(self, call: m.Call, frame: list[memoryview]) -> None:
         port = call.port
+        if port is not None and call.sender != "root":  # a call an actor may wait on
+            self.started.add(port)
         if self._refuse(port):
             return
         name = call.endpoint
@@ -205,9 +208,8 @@ class ActorBehavior:
         ctx = MessageContext(self.instance, call.cast, self.g, name)
         ctx.concurrent = concurrent
         ctx.port = port
+        ctx.task = asyncio.current_task()
         set_context(ctx)
-        if port is not None and call.sender != "root":  # a call an actor may wait on
-            self.started.add(port)
         if concurrent:
             if port is not None:
                 self.bodies[port] = ctx

@@ -6,24 +6,27 @@ actor can never return: A's ``ping`` waits for B's ``pong``, which waits for A's
 queued behind ``ping``. The self-call (A waits on A) is refused at the wait (``_endpoint``);
 longer cycles are found here, with probes along the wait-for graph (ADR 0035).
 
-* A handler's wait on a call (``Future.get`` on an actor's thread, ``await`` in an async
-  actor) that is still unanswered after ``deadlock_probe_after`` seconds is written into its
-  message context (``waits``) and *probed*: a ``WaitProbe`` goes to each member that has not
-  answered, then again at doubling intervals while the wait lasts. Waits that end sooner cost
-  nothing here.
+* A handler's wait without a timeout on a call (``Future.get`` on an actor's thread, or
+  ``await`` in the handler's own task) that is still unanswered after
+  ``deadlock_probe_after`` seconds is written into its message context (``waits``) and
+  *probed*: a ``WaitProbe`` goes to each member that has not answered, then again at
+  doubling intervals while the wait lasts. A wait with a timeout ends by itself and is not
+  probed; neither are waits of tasks or threads the handler started.
 * A runtime that receives a probe finds the member's actor and the handler the call waits on:
   the one running that call, or, when the call has not started, the serial handler it is
   queued behind. A call that has already started and ended (its port is among the actor's
-  recently started ones) is no wait: the probe stops there, as it does at an idle actor or a
-  handler that waits on nothing. Otherwise it goes on along each wait of that handler.
+  recently started ones) is no wait: the probe stops there, as it does at an idle actor, a
+  handler that waits on nothing, or a handler it passed already. Otherwise it goes on along
+  each wait of that handler.
 * A probe that comes back to the handler that sent it, still waiting on the same call, has
-  gone round a cycle: that call fails with a ``RuntimeError`` naming every call in it. The
-  failed wait raises in the endpoint, which then ends (or handles it), and the rest of the
-  cycle unwinds.
+  gone round a cycle. The wait of the cycle's smallest handler (``Node`` order: one with a
+  caller first) fails with a ``RuntimeError`` naming every call of the cycle (``WaitCycle``
+  to its runtime): one victim, whichever member found the cycle. Its endpoint raises (or
+  handles it) and ends, and the rest of the cycle unwinds.
 
-Every edge followed is a wait that exists when the probe passes, and a wait in a cycle never
-ends on its own, so a reported cycle is real; the last handler to block finds it one
-``deadlock_probe_after`` after it blocked.
+Every edge followed is a wait that exists when the probe passes, and a wait of a cycle
+without a timeout never ends on its own, so a reported cycle is real; the last handler to
+block finds it one ``deadlock_probe_after`` after it blocked.
 """
 
 from __future__ import annotations
@@ -31,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import time
 from collections.abc import Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -45,26 +47,46 @@ from ._context import _current
 if TYPE_CHECKING:
     from ._behavior import ActorBehavior, MessageContext
 
-__all__ = ["Started", "WaitProbe", "install", "wait_watched", "watch_await"]
+__all__ = ["Started", "WaitCycle", "WaitProbe", "install", "wait_watched", "watch_await"]
 
 log = logging.getLogger("regency")
 
 _MAX_HOPS = 64  # a probe that went this far without coming back is dropped
 _MAX_INTERVAL = 60.0  # s between probes of a wait that lasts
 
+Node = tuple[bool, str, int, str]
+"""A handler in the wait-for graph: (it answers no caller, mesh uid, global rank, slot: "" for
+an actor's serial handler, else the reply port of the concurrent body). Ordered: the
+smallest node of a cycle is the one whose wait fails (a handler with a caller first)."""
+
+Hop = tuple[Node, str, PortRef]
+"""A handler a probe passed: its node, its runtime's address, the call it waits on there."""
+
 
 @system_message("wait_probe")
 @dataclass(slots=True)
 class WaitProbe(SystemMessage):
     """Along the wait-for graph: is member ``rank`` of mesh ``uid`` held up, in handling the
-    call on ``port`` or in a handler that call is queued behind, by a wait of its own?"""
+    call on ``call_port`` or in a handler that call is queued behind, by a wait of its own?
+    (No field is called ``port``: an undeliverable system message with one is answered
+    there, and this one's is somebody's call.)"""
 
     uid: str  # the actor the last handler waits on: its mesh
     rank: int  # and global rank
-    port: PortRef  # the call it waits on, as its message carries it
-    origin: tuple[str, int, int]  # the handler that sent it: (mesh uid, global rank, port id
-    #                               of the call it waits on)
-    path: tuple[str, ...]  # what waits on what so far, one step each, for the report
+    call_port: PortRef  # the call it waits on, as its message carries it
+    hops: tuple[Hop, ...]  # the handlers passed, the first one the probe's origin
+    steps: tuple[str, ...]  # what waits on what, one line each, for the report
+
+
+@system_message("wait_cycle")
+@dataclass(slots=True)
+class WaitCycle(SystemMessage):
+    """To the runtime of the smallest handler of a cycle: fail its wait on ``call_port``."""
+
+    uid: str
+    rank: int
+    call_port: PortRef  # the call that handler waits on
+    steps: tuple[str, ...]
 
 
 class Started:
@@ -73,7 +95,7 @@ class Started:
 
     __slots__ = ("_ports", "size")
 
-    def __init__(self, size: int = 4096) -> None:
+    def __init__(self, size: int = 512) -> None:
         self.size = size
         self._ports: collections.OrderedDict[PortRef, None] = collections.OrderedDict()
 
@@ -102,25 +124,20 @@ def _message_context(call: Any) -> MessageContext | None:
 
 
 def wait_watched(c: Completion, call: Any, timeout: float | None) -> bool:
-    """``c.wait(timeout)`` on an actor's thread: a wait that lasts is probed. False on
-    timeout."""
-    ctx = _message_context(call)
+    """``c.wait(timeout)`` on an actor's thread: a wait without a timeout that lasts is
+    probed (one with a timeout ends by itself, cycle or not). False on timeout."""
+    ctx = _message_context(call) if timeout is None else None
     after = _probe_after() if ctx is not None else 0.0
     if after <= 0 or ctx is None:
         return c.wait(timeout)
-    first = after if timeout is None else min(after, timeout)
-    if c.wait(first):
+    if c.wait(after):
         return True
-    end = None if timeout is None else time.monotonic() + timeout - first
     ctx.waits.append(call)
     try:
         interval = after
         while True:
             _send_probes(ctx, call)
-            step = interval if end is None else min(interval, end - time.monotonic())
-            if step <= 0:
-                return False
-            if c.wait(step):
+            if c.wait(interval):
                 return True
             interval = min(interval * 2, _MAX_INTERVAL)
     finally:
@@ -128,10 +145,13 @@ def wait_watched(c: Completion, call: Any, timeout: float | None) -> bool:
 
 
 def watch_await(c: Completion, call: Any) -> Generator[Any, None, Any]:
-    """``await`` of a call's future: in an actor's handler, a wait that lasts is probed."""
+    """``await`` of a call's future: by a handler's own task (not one it started, nor
+    ``asyncio.wait_for``'s), a wait that lasts is probed."""
     ctx = _message_context(call)
-    after = _probe_after() if ctx is not None else 0.0
-    if after <= 0 or ctx is None:
+    if ctx is None or ctx.task is None or ctx.task is not asyncio.current_task():
+        return (yield from c.as_asyncio().__await__())
+    after = _probe_after()
+    if after <= 0:
         return (yield from c.as_asyncio().__await__())
     watch = _AsyncWatch(ctx, call, after)
     try:
@@ -169,25 +189,33 @@ class _AsyncWatch:
 
 def _send_probes(ctx: MessageContext, call: Any) -> None:
     """Probe each member ``call`` still waits on."""
-    rt: Runtime = call.rt
-    origin = (ctx.actor_instance.mesh_uid, ctx.global_rank, call.port_id)
-    _forward(rt, ctx, call, origin, ())
+    _forward(call.rt, ctx, _node(ctx), call, (), ())
 
 
-def _forward(rt: Runtime, ctx: MessageContext, call: Any, origin: tuple[str, int, int],
-             path: tuple[str, ...]) -> None:
+def _node(ctx: MessageContext) -> Node:
+    slot = "" if not ctx.concurrent else repr(ctx.port)
+    return (ctx.port is None, ctx.actor_instance.mesh_uid, ctx.global_rank, slot)
+
+
+def _forward(rt: Runtime, ctx: MessageContext, node: Node, call: Any, hops: tuple[Hop, ...],
+             steps: tuple[str, ...]) -> None:
     """Send a probe for each member ``call`` (waited on by ``ctx``'s handler) still owes."""
     port = (rt.contact, call.port_id)
-    route = call.route
-    expected = call.expected
+    hops = (*hops, (node, rt.contact, port))
     step = f"{_who(ctx)} waits for {call.label}"
-    for rank, addr in zip(route.ranks, route.addrs):
-        if rank in expected:
-            probe = WaitProbe(call.uid, rank, port, origin, (*path, f"{step} on rank {rank}"))
-            try:
-                rt.send_sys(addr, probe)
-            except Exception:  # a probe is advice: a peer we cannot reach is not a cycle
-                log.debug("regency: wait probe to %s not sent", addr, exc_info=True)
+    expected = call.expected
+    dead = rt.dead_addrs
+    for rank, addr in zip(call.route.ranks, call.route.addrs):
+        if rank in expected and addr not in dead:
+            probe = WaitProbe(call.uid, rank, port, hops, (*steps, f"{step} on rank {rank}"))
+            _send(rt, addr, probe)
+
+
+def _send(rt: Runtime, addr: str, msg: SystemMessage) -> None:
+    try:
+        rt.send_sys(addr, msg)
+    except Exception:  # a probe is advice: a peer we cannot reach is not a cycle
+        log.debug("regency: %s to %s not sent", msg.KIND, addr, exc_info=True)
 
 
 def _who(ctx: MessageContext) -> str:
@@ -198,27 +226,52 @@ def _who(ctx: MessageContext) -> str:
 # -- probes --------------------------------------------------------------------------------------
 def on_probe(rt: Runtime, msg: WaitProbe) -> None:
     """A probe reached this runtime (loop thread): follow it, or close the cycle."""
-    cell = rt.cells.get(msg.uid)
-    behavior: ActorBehavior | None = getattr(cell, "behavior", None)
-    if behavior is None or behavior.g != msg.rank or len(msg.path) >= _MAX_HOPS:
+    behavior = _behavior(rt, msg.uid, msg.rank)
+    if behavior is None or len(msg.hops) >= _MAX_HOPS:
         return
-    handler, queued = _holder(behavior, msg.port)
+    handler, queued = _holder(behavior, msg.call_port)
     if handler is None:
         return
-    waits = list(handler.waits)
-    if (handler, queued) != _holder(behavior, msg.port):
+    port, waits = handler.port, list(handler.waits)
+    if (handler, queued) != _holder(behavior, msg.call_port) or handler.port != port:
         return  # it moved on while we looked (a sync actor reuses its message context)
-    path = msg.path
+    steps = msg.steps
     if queued:
-        path = (*path[:-1], f"{path[-1]}, which cannot start before {_who(handler)} returns")
-    uid, rank, first = msg.origin
-    if (uid, rank) == (msg.uid, msg.rank):
+        steps = (*steps[:-1], f"{steps[-1]}, which cannot start before {_who(handler)} returns")
+    node = _node(handler)
+    nodes = [hop[0] for hop in msg.hops]
+    if node == nodes[0]:
+        if any(call.port_id == msg.hops[0][2][1] for call in waits):  # still that wait
+            _closed(rt, msg.hops, steps)
+    elif node not in nodes:  # a cycle that does not pass the origin is found by its own
         for call in waits:
-            if call.port_id == first:
-                call.fail(RuntimeError(_report(call.label, path)))
-        return  # the origin's own actor, but another handler or wait: not this cycle
-    for call in waits:
-        _forward(rt, handler, call, msg.origin, path)
+            _forward(rt, handler, node, call, msg.hops, steps)
+
+
+def _closed(rt: Runtime, hops: tuple[Hop, ...], steps: tuple[str, ...]) -> None:
+    """A probe came back to its origin: the wait of the cycle's smallest handler fails (the
+    same one whichever member found the cycle first)."""
+    first = hops.index(min(hops))
+    (_, uid, rank, _), addr, port = hops[first]
+    _send(rt, addr, WaitCycle(uid, rank, port, steps[first:] + steps[:first]))  # its wait first
+
+
+def on_cycle(rt: Runtime, msg: WaitCycle) -> None:
+    """Fail the wait of this runtime's handler named in ``msg``, if it still waits."""
+    behavior = _behavior(rt, msg.uid, msg.rank)
+    if behavior is None:
+        return
+    contact, port_id = msg.call_port
+    for handler in (behavior.current, *behavior.bodies.values()):
+        for call in list(handler.waits) if handler is not None else ():
+            if call.port_id == port_id and contact == rt.contact:
+                call.fail(RuntimeError(_report(call.label, msg.steps)))
+
+
+def _behavior(rt: Runtime, uid: str, rank: int) -> ActorBehavior | None:
+    cell = rt.cells.get(uid)
+    behavior: ActorBehavior | None = getattr(cell, "behavior", None)
+    return behavior if behavior is not None and behavior.g == rank else None
 
 
 def _holder(behavior: ActorBehavior, port: PortRef) -> tuple[MessageContext | None, bool]:
@@ -236,15 +289,16 @@ def _holder(behavior: ActorBehavior, port: PortRef) -> tuple[MessageContext | No
     return current, True
 
 
-def _report(label: str, path: tuple[str, ...]) -> str:
-    steps = ";\n  ".join(path)
+def _report(label: str, steps: tuple[str, ...]) -> str:
+    lines = ";\n  ".join(steps)
     return (f"{label}: deadlock: these endpoint calls wait on each other and none can "
-            f"return (an actor handles one message at a time):\n  {steps}.\n"
+            f"return (an actor handles one message at a time):\n  {lines}.\n"
             "Do not wait for the call inside the endpoint (send it, or return its Future), "
             "or make the endpoint that waits a @concurrent_endpoint of an async actor (its "
             "actor then takes other messages while it waits).")
 
 
 def install(rt: Runtime) -> None:
-    """Answer probes in ``rt``."""
+    """Answer probes, and the news of a cycle, in ``rt``."""
     rt.handle(WaitProbe, lambda msg: on_probe(rt, msg))
+    rt.handle(WaitCycle, lambda msg: on_cycle(rt, msg))
