@@ -66,16 +66,21 @@ def test_a_cycle_of_three_names_all_three(procs: Any) -> None:
     assert a.hop.call_one(2).get(timeout=T) == "done"  # a -> b -> c: no cycle
 
 
-@pytest.mark.parametrize("kind", ["sync", "async"])
-def test_a_wait_on_a_whole_mesh_that_calls_back_raises(procs: Any, kind: str) -> None:
-    a = procs.slice(gpus=0).spawn(f"one_{kind}", KINDS[kind])
-    many = procs.spawn(f"many_{kind}", KINDS[kind])
+def wait_on_a_mesh_that_calls_back(procs: Any, kind: str, tag: str) -> None:
+    """One actor waits on every member of a mesh, each of which waits on it: it raises."""
+    a = procs.slice(gpus=0).spawn(f"one_{tag}", KINDS[kind])
+    many = procs.spawn(f"many_{tag}", KINDS[kind])
     a.set_peer.call(many).get(timeout=T)
     many.set_peer.call(a).get(timeout=T)
     with pytest.raises(ActorError) as info:
         a.hop_all.call_one(2).get(timeout=T)
     deadlock_text(info.value)
     assert a.echo.call_one().get(timeout=T) == "echo"
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_wait_on_a_whole_mesh_that_calls_back_raises(procs: Any, kind: str) -> None:
+    wait_on_a_mesh_that_calls_back(procs, kind, kind)
 
 
 def test_concurrent_bodies_that_wait_on_each_other_are_no_cycle(procs: Any) -> None:
@@ -128,14 +133,7 @@ def test_a_wait_on_three_members_that_all_call_back_raises_once() -> None:
     with config.configured(deadlock_probe_after=0.2):
         procs = this_host().spawn_procs(per_host={"gpus": 3}, name="three")
     try:
-        a = procs.slice(gpus=0).spawn("one", Hopper)
-        many = procs.spawn("three", Hopper)
-        a.set_peer.call(many).get(timeout=T)
-        many.set_peer.call(a).get(timeout=T)
-        with pytest.raises(ActorError) as info:
-            a.hop_all.call_one(2).get(timeout=T)
-        deadlock_text(info.value)
-        assert a.echo.call_one().get(timeout=T) == "echo"
+        wait_on_a_mesh_that_calls_back(procs, "sync", "three")
     finally:
         procs.stop().get(timeout=T)
 
