@@ -634,3 +634,15 @@ def test_mesh_trait_has_no_getitem() -> None:
     assert not hasattr(MeshTrait, "__getitem__")
     with pytest.raises(TypeError):
         m[0]  # type: ignore[index]
+
+
+def test_a_missing_dimension_of_a_point_or_extent_is_a_key_and_value_error() -> None:
+    """Monarch raises ``ValueError: Dimension 'z' not found``; a mapping raises KeyError
+    (which ``get`` turns into its default): regency's error is both."""
+    extent = Extent(["h", "g"], [2, 3])
+    point = Point(4, extent)
+    for mapping in (point, extent):
+        for kind in (KeyError, ValueError):
+            with pytest.raises(kind, match=r"Dimension 'z' not found; the dimensions are"):
+                mapping["z"]
+        assert mapping.get("z", -1) == -1

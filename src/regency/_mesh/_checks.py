@@ -86,3 +86,17 @@ def check_same_length(labels: tuple[str, ...], sizes: tuple[int, ...], what: str
 def unknown_dimension(label: object, labels: tuple[str, ...]) -> ValueError:
     """Return the error for a selection or rename that names a dimension the mesh lacks."""
     return ValueError(f"mesh has no dimension {label!r}; its dimensions are {labels}")
+
+
+class DimensionNotFound(KeyError, ValueError):
+    """A point or extent has no dimension of that name: a ``KeyError``, as a mapping's
+    lookup raises, and a ``ValueError`` with Monarch's words, as Monarch's raise."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+def dimension_not_found(label: object, labels: tuple[str, ...]) -> DimensionNotFound:
+    """Return the error for ``point[label]`` or ``extent[label]`` of a missing dimension."""
+    return DimensionNotFound(f"Dimension {label!r} not found; the dimensions are {labels}")
+

@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from regency._mesh._checks import as_ints, as_labels, check_same_length
+from regency._mesh._checks import as_ints, as_labels, check_same_length, dimension_not_found
 from regency._mesh._rowmajor import product
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ class Extent(Mapping[str, int]):
         try:
             return self._sizes[self._labels.index(label)]
         except ValueError:
-            raise KeyError(label) from None
+            raise dimension_not_found(label, self._labels) from None
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._labels)

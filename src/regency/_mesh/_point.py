@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import NoReturn
 
-from regency._mesh._checks import as_int
+from regency._mesh._checks import as_int, dimension_not_found
 from regency._mesh._extent import Extent, _decode
 from regency._mesh._rowmajor import ravel, unravel
 
@@ -99,7 +99,7 @@ class Point(Mapping[str, int]):
         try:
             return self._coords[self._extent.labels.index(label)]
         except ValueError:
-            raise KeyError(label) from None
+            raise dimension_not_found(label, self._extent.labels) from None
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._extent.labels)
