@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 from _failure_actors import AsyncVictim, Parent, Victim
@@ -150,6 +151,12 @@ def procs2():
     procs.stop().get(timeout=T)
 
 
+def written(path: Path) -> str:
+    """The text of a marker file once it has some: ``write_text`` creates the file before it
+    writes, so a file that exists may still be empty for a moment."""
+    return str(poll(lambda: path.exists() and path.read_text()))
+
+
 @pytest.mark.parametrize("how,expected", [
     ("boom", "ValueError|ValueError('fatal for cleanup')"),
     ("base_exception", "Abort|Abort('a BaseException from an endpoint')"),
@@ -163,8 +170,7 @@ def test_cleanup_receives_the_original_exception(procs2, unhandled_failures, tmp
     endpoint = getattr(mesh.slice(gpus=1), how)
     endpoint.broadcast(*(["fatal for cleanup"] if how == "boom" else []))
     done = tmp_path / "cleanup.1"
-    poll(done.exists)
-    assert done.read_text() == expected
+    assert written(done) == expected
     assert not (tmp_path / "cleanup.0").exists()  # rank 0 did not stop
     mesh.stop().get(timeout=T)
     assert (tmp_path / "cleanup.0").read_text() == "NoneType|None"  # a graceful stop
@@ -177,5 +183,4 @@ def test_async_cleanup_receives_the_original_exception(procs2, unhandled_failure
     mesh.ping.call().get(timeout=T)
     mesh.slice(gpus=0).boom.broadcast("fatal for async cleanup")
     done = tmp_path / "acleanup.0"
-    poll(done.exists)
-    assert done.read_text() == "ValueError|ValueError('fatal for async cleanup')"
+    assert written(done) == "ValueError|ValueError('fatal for async cleanup')"
