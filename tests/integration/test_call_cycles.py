@@ -136,4 +136,3 @@ def test_a_wait_on_three_members_that_all_call_back_raises_once() -> None:
         wait_on_a_mesh_that_calls_back(procs, "sync", "three")
     finally:
         procs.stop().get(timeout=T)
-

@@ -84,4 +84,3 @@ def test_a_slice_that_keeps_nothing_is_refused(selector: object, words: str) -> 
     with pytest.raises(ValueError, match=words) as info:
         vm().slice(g=selector)  # type: ignore[arg-type]
     assert "dimension 'g' (size 3)" in str(info.value)
-

@@ -71,4 +71,3 @@ def test_no_probe_message_has_a_field_called_port() -> None:
     a probe to a dead peer must not fail."""
     assert not hasattr(WaitProbe("m", 0, P, (), ()), "port")
     assert not hasattr(WaitCycle("m", 0, P, ()), "port")
-

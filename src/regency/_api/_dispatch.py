@@ -5,7 +5,8 @@
   ``ProcOutput`` is written out here;
 * at the root: ``GetOrSpawnController`` (``_controllers``);
 * ``Fault``: test-only fault injection, carried out by ``regency.testing``;
-* ``WaitProbe``: probes of calls that wait on each other (``_waits``).
+* ``WaitProbe``, ``WaitCycle``: probes of calls that wait on each other, and the news of a
+  cycle they found (``_waits``).
 
 Procs add ``StopProc`` (``_proc_main``), workers their lease messages (``_workers``).
 """

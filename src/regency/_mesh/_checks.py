@@ -99,4 +99,3 @@ class DimensionNotFound(KeyError, ValueError):
 def dimension_not_found(label: object, labels: tuple[str, ...]) -> DimensionNotFound:
     """Return the error for ``point[label]`` or ``extent[label]`` of a missing dimension."""
     return DimensionNotFound(f"Dimension {label!r} not found; the dimensions are {labels}")
-

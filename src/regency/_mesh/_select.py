@@ -103,4 +103,3 @@ def empty_selection(
                     f"coordinate of dimension {label!r} (size {size}); a slice of a mesh "
                     "keeps at least one")
     return None
-
