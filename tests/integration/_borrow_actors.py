@@ -37,5 +37,18 @@ class Gate(Actor):
         return sum(c.taken for c in list(runtime().router.connections))
 
     @endpoint
+    def handed_back(self) -> int:
+        """Frames this proc's threads read themselves and gave back to the loop."""
+        return sum(c.handed_back for c in list(runtime().router.connections))
+
+    @endpoint
     def polled(self) -> bool:
         return runtime().router.poller is not None
+
+
+class AsyncEcho(Actor):
+    """An async actor: its calls are the loop's to read, never a sync actor's thread's."""
+
+    @endpoint
+    async def echo(self, x: Any) -> Any:
+        return x

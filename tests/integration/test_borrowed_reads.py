@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from _borrow_actors import Gate
+from _borrow_actors import AsyncEcho, Gate
 
 from regency import config
 from regency._api._bootstrap import runtime
@@ -66,6 +66,27 @@ def test_two_actors_of_one_proc_answer_in_turn(gates: tuple[Any, Any]) -> None:
         assert g2.echo.call_one(("g2", i)).get(timeout=T) == ("g2", i)
     futures = [(g, i, g.echo.call_one(i)) for i in range(50) for g in (g1, g2)]
     assert all(f.get(timeout=T) == i for _, i, f in futures)
+
+
+def test_an_idle_sync_actor_leaves_its_neighbours_calls_to_the_loop() -> None:
+    # an idle sync actor reads the connection its last call came on; finding a call for an
+    # async actor of its proc there, it must stop reading it, or every such call would pass
+    # through its thread on the way to the loop (three times the latency, four the CPU)
+    if not config.get("borrow_reads"):
+        pytest.skip("borrow_reads is off in this environment (REGENCY_BORROW_READS)")
+    procs = this_host().spawn_procs(per_host={"p": 1}, name="neighbours")
+    try:
+        gate, echo = procs.spawn("gate", Gate), procs.spawn("echo", AsyncEcho)
+        before = gate.handed_back.call_one().get(timeout=T)  # gate's thread now reads idle
+        assert [echo.echo.call_one(i).get(timeout=T) for i in range(100)] == list(range(100))
+        # one call read and given back, then no more (without the fix: nearly all 100)
+        assert gate.handed_back.call_one().get(timeout=T) - before <= 5
+        # a call for the sync actor itself brings its thread back to reading
+        here = gate.taken.call_one().get(timeout=T)
+        assert [gate.echo.call_one(i).get(timeout=T) for i in range(100)] == list(range(100))
+        assert gate.taken.call_one().get(timeout=T) - here >= 50
+    finally:
+        procs.stop().get(timeout=T)
 
 
 def test_a_timed_out_get_keeps_its_result(gates: tuple[Any, Any]) -> None:
@@ -133,7 +154,7 @@ def test_a_reply_read_by_its_waiting_thread_does_not_wake_that_thread(
 _AWAIT_AFTER_GET = r"""
 import asyncio, sys, threading
 sys.path.insert(0, sys.argv[1])
-from _borrow_actors import Gate
+from _borrow_actors import AsyncEcho, Gate
 from regency.actor import this_host
 
 procs = this_host().spawn_procs(per_host={"p": 1}, name="linger")

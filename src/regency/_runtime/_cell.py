@@ -116,6 +116,7 @@ class SyncCell:
         self._source: Any = None  # the connection of the last message
         self._mine: collections.deque[Any] = collections.deque()  # read here, to run next
         self._paused: Any = None  # the source, paused by ``before_reply``
+        self._declined = False  # the last read here found a message not for this actor
         self._waker = Waker() if runtime is not None and runtime.read_here.enabled else None
         self.backlog = _Backlog(runtime)
         self.thread = threading.Thread(target=self._run, name=f"regency-actor-{uid}", daemon=True)
@@ -197,7 +198,15 @@ class SyncCell:
                                         self._rt.read_here.spin_now())
         finally:
             waker.armed = False
-        if not borrowed and self._source is source:
+        if self._declined:
+            # the connection brings messages for others too (another actor of this proc):
+            # reading it here would route each of them through this thread. Leave it to the
+            # loop until a call for this actor comes through the mailbox again (``enqueue``)
+            self._declined = False
+            if self._source is source:
+                self._source = None
+            source.end_linger()
+        elif not borrowed and self._source is source:
             self._source = None  # closed, or not ours to read: the mailbox it is
 
     def _has_mail(self) -> bool:
@@ -207,8 +216,10 @@ class SyncCell:
         """Whether a frame read here is a call for this actor, kept to run next."""
         call, _frame = inbound
         if type(call) is not Call or call.mesh_uid != self.uid or call.fanout:
+            self._declined = True
             return False
         if self._rt.cells.get(self.uid) is not self:
+            self._declined = True
             return False  # stopped: its tombstone answers, on the loop
         self._mine.append(inbound)
         return True

@@ -94,7 +94,8 @@ class Borrowing:
     """The read lock of one connection, and its borrowers (``poller`` None: never lent)."""
 
     __slots__ = ("_fd", "_host", "_loop_thread", "_reader", "_state", "borrowers", "ending",
-                 "handback", "lingering", "listed", "lock", "poller", "since", "taken")
+                 "handback", "handed_back", "lingering", "listed", "lock", "poller", "since",
+                 "taken")
 
     def __init__(self, host: Host, reader: Reader, poller: Poller | None) -> None:
         self._host = host
@@ -107,6 +108,7 @@ class Borrowing:
         self.borrowers: list[Waker] = []  # threads waiting to read it themselves
         self.ending = False  # a borrower saw it end; the loop closes it
         self.taken = 0  # frames borrowers took (statistics)
+        self.handed_back = 0  # frames borrowers read and gave back to the loop (statistics)
         self._state = threading.Lock()  # guards the three below
         self.lingering = False  # paused by a borrow that ended, for the next one
         self.since = 0.0  # when it began to linger (``time.monotonic``)
@@ -277,4 +279,6 @@ class _Taker:
             self.borrowing.taken += 1
             return
         self.declined = True
-        self.borrowing.handback.append(frame)  # the loop delivers it, in order (read_here)
+        borrowing = self.borrowing
+        borrowing.handed_back += 1
+        borrowing.handback.append(frame)  # the loop delivers it, in order (read_here)

@@ -185,6 +185,11 @@ class Connection:
         """Frames borrowing threads took (statistics)."""
         return self._borrowing.taken
 
+    @property
+    def handed_back(self) -> int:
+        """Frames borrowing threads read and gave back to the loop (statistics)."""
+        return self._borrowing.handed_back
+
     # -- writing (``_writer``; ``send_frame`` is bound in ``__init__``) ---------------------
     def _send_releases(self) -> None:
         """Give the peer back the segments whose mappings died here (loop thread)."""
