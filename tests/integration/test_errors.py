@@ -132,8 +132,12 @@ def test_lambdas_and_closures_are_fine_as_arguments(counters) -> None:
 
 def test_unpicklable_return_value_is_an_actor_error(procs) -> None:
     mesh = procs.spawn("unpicklable", Unpicklable).slice(gpus=0)
-    with pytest.raises(ActorError):
+    with pytest.raises(ActorError) as info:
         mesh.lock.call_one().get(timeout=T)
+    # Monarch's: the error's ``exception`` is the pickling error itself (a TypeError here)
+    assert type(info.value.exception) is TypeError
+    assert "the result of lock could not be pickled" in str(info.value.exception)
+    assert "lock" in str(info.value)
     assert mesh.ok.call_one().get(timeout=T) == 1  # the actor survived
 
 

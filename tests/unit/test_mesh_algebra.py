@@ -616,6 +616,8 @@ def test_mesh_trait_errors_propagate() -> None:
     m = Box(Shape.from_sizes(["host", "gpu"], [2, 4]))
     with pytest.raises(ValueError, match="mesh has no dimension 'foo'"):
         m.slice(foo=1)
+    with pytest.raises(TypeError, match="mesh has no dimension 'foo'"):  # Monarch's type
+        m.slice(foo=1)
     with pytest.raises(IndexError, match="index 2 out of range for dimension 'host' of size 2"):
         m.slice(host=2)
 

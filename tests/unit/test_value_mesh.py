@@ -43,6 +43,8 @@ def test_get_and_subscripting() -> None:
     assert m[{"h": 0, "g": 1}] == 1
     with pytest.raises(IndexError):
         m.get(6)
+    with pytest.raises(ValueError, match=r"index 6 out of range \(len=6\)"):  # Monarch's
+        m.get(6)
     with pytest.raises(TypeError):
         m["h"]  # type: ignore[index]
 
@@ -72,6 +74,15 @@ def test_wrong_number_of_values() -> None:
 
 def test_repr_shows_extent() -> None:
     assert repr(vm()).startswith("ValueMesh({h: 2, g: 3})")
+
+
+def test_repr_is_monarchs_one_line_while_it_fits_then_one_member_per_line() -> None:
+    short = ValueMesh(Shape.from_sizes(["g"], [2]), ["a", "b"])
+    assert repr(short) == "ValueMesh({g: 2}):\n  (({'g': 0/2}, 'a'), ({'g': 1/2}, 'b'))"
+    lines = repr(vm()).splitlines()
+    assert lines[1:3] == ["  (({'h': 0/2, 'g': 0/3}, 0),", "   ({'h': 0/2, 'g': 1/3}, 1),"]
+    assert lines[-1] == "   ({'h': 1/2, 'g': 2/3}, 12))"
+    assert len(lines) == 7
 
 
 @pytest.mark.parametrize(("selector", "words"), [

@@ -307,10 +307,17 @@ class ActorBehavior:
             self._unpicklable(port, exc, name)
 
     def _unpicklable(self, port: tuple[str, int], exc: Exception, name: str) -> None:
-        """Answer with an error: the result of ``name`` could not be sent."""
+        """Answer with an error: the result of ``name`` could not be sent. The caller's
+        ``ActorError.exception`` is of the pickling error's type (Monarch's), when it can be
+        made again with a text; a ``RuntimeError`` naming it otherwise."""
         text = f"the result of {name} could not be pickled: {type(exc).__name__}: {exc}"
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        try:
+            sealed = seal(type(exc)(text))
+        except Exception:  # an exception type that takes other arguments, or won't pickle
+            sealed = None
         self.rt.send_reply(port, self.g, m.ACTOR_ERROR,
-                           (None, type(exc).__name__, text, "", self._label(name)))
+                           (sealed, type(exc).__name__, text, tb, self._label(name)))
 
     def _label(self, name: str) -> str:
         """``"<name>.<endpoint> on <actor id>"``: Monarch's words first (``Actor call w.step

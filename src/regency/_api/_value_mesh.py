@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pprint
+import textwrap
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -10,6 +12,11 @@ from .._mesh import MeshTrait, Point, Shape
 __all__ = ["ValueMesh"]
 
 R = TypeVar("R")
+
+
+class OutOfRange(IndexError, ValueError):
+    """An index past a value mesh's end: an ``IndexError``, as a sequence's lookup raises,
+    and a ``ValueError``, as Monarch's ``ValueMesh.get`` raises."""
 
 
 class ValueMesh(MeshTrait, Generic[R]):
@@ -64,7 +71,7 @@ class ValueMesh(MeshTrait, Generic[R]):
         """The value at a flat, row-major index (the rank within this mesh)."""
         n = len(self._shape_)
         if not -n <= rank < n:
-            raise IndexError(f"index {rank} out of range for a ValueMesh of {n} values")
+            raise OutOfRange(f"index {rank} out of range (len={n}): a ValueMesh of {n} values")
         return self._at(rank % n)
 
     @staticmethod
@@ -118,6 +125,6 @@ class ValueMesh(MeshTrait, Generic[R]):
         return (ValueMesh, (dense, list(self.values())))
 
     def __repr__(self) -> str:
-        items = tuple(self.items())  # Monarch's form: ((point, value), ...) on one line
-        head = f"ValueMesh({self._shape_.extent})"
-        return f"{head}:\n  {items!r}" if items else head
+        items = tuple(self.items())  # Monarch's form: ((point, value), ...), wrapped by
+        head = f"ValueMesh({self._shape_.extent})"  # pprint past 80 columns
+        return f"{head}:\n{textwrap.indent(pprint.pformat(items), '  ')}" if items else head

@@ -83,9 +83,14 @@ def check_same_length(labels: tuple[str, ...], sizes: tuple[int, ...], what: str
         )
 
 
-def unknown_dimension(label: object, labels: tuple[str, ...]) -> ValueError:
+class UnknownDimension(ValueError, TypeError):
+    """A selection or rename names a dimension the mesh lacks: a ``ValueError``, and a
+    ``TypeError`` as Monarch's ``slice`` raises."""
+
+
+def unknown_dimension(label: object, labels: tuple[str, ...]) -> UnknownDimension:
     """Return the error for a selection or rename that names a dimension the mesh lacks."""
-    return ValueError(f"mesh has no dimension {label!r}; its dimensions are {labels}")
+    return UnknownDimension(f"mesh has no dimension {label!r}; its dimensions are {labels}")
 
 
 class DimensionNotFound(KeyError, ValueError):
