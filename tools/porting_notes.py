@@ -18,6 +18,8 @@ NOTES: dict[str, tuple[str, str]] = {
         "keys are listed too"),
     "monarch:Future": (
         "different", "regency's actor `Future`; the tensor engine's lands with issue 13"),
+    "monarch.actor:Future": (
+        "better", "the same, and `cancel()`/`cancelled()` take a call back (ADR 0036)"),
     "monarch:Shape": (
         "better", "regency's `Shape` (labels over a `Slice`), with Monarch's members too; "
         "`select` takes Monarch's `(label, slice)` or several dimensions as keywords"),

@@ -9,14 +9,14 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from regency._api._waits import Started, WaitCycle, WaitProbe, _holder, _report
+from regency._api._waits import RecentPorts, WaitCycle, WaitProbe, _holder, _report
 
 P = ("unix:@caller", 7)  # the port of the call the probe asks about
 
 
 def books(current: Any = None, bodies: dict[Any, Any] | None = None,
           started: tuple[Any, ...] = ()) -> Any:
-    record = Started()
+    record = RecentPorts()
     for port in started:
         record.add(port)
     return SimpleNamespace(current=current, bodies=bodies or {}, started=record)
@@ -50,7 +50,7 @@ def test_a_call_that_ran_already_or_an_idle_actor_holds_nothing() -> None:
 @given(st.lists(st.integers(0, 500), unique=True), st.integers(1, 8))
 def test_started_keeps_the_last_ports_it_was_given(ids: list[int], size: int) -> None:
     """Each call has a port of its own, so each is added once."""
-    record = Started(size)
+    record = RecentPorts(size)
     for i in ids:
         record.add(("a", i))
     assert [i for i in ids if ("a", i) in record] == ids[-size:]

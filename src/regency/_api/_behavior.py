@@ -30,7 +30,7 @@ from ._endpoint import TENSOR_CALL
 from ._ports import Port
 from ._proc_mesh import proc_mesh_of
 from ._sealed import seal
-from ._waits import Started
+from ._waits import RecentPorts
 
 #: (resolve, resolve_async), installed by the tensor engine's broker when a call brings
 #: remote tensors: wait for their local values and put them in the arguments (ADR 0025).
@@ -50,6 +50,7 @@ class MessageContext(Context):
         self.port: Any = None  # where its reply goes: which call it runs (``_waits``)
         self.waits: list[Any] = []  # the calls it has waited on for long (``_waits``)
         self.task: Any = None  # an async handler's own task: its awaits are its waits
+        self.cancelled = False  # its caller cancelled it: the task's CancelledError is ours
 
     @cached_property
     def message_rank(self) -> Point:  # type: ignore[override]
@@ -101,7 +102,9 @@ class ActorBehavior:
         # @concurrent_endpoint bodies running (by port), the calls from actors started
         self.current: MessageContext | None = None
         self.bodies: dict[Any, MessageContext] = {}
-        self.started = Started()
+        self.started = RecentPorts()
+        # calls cancelled before they started (``_cancel``): made by the first cancel
+        self.cancelled: RecentPorts | None = None
 
     # -- construction ------------------------------------------------------------------------
     def setup_context(self) -> None:
@@ -129,6 +132,10 @@ class ActorBehavior:
         port = call.port
         if port is not None and call.sender != "root":  # a call an actor may wait on
             self.started.add(port)
+        cancelled = self.cancelled
+        if cancelled is not None and port is not None and port in cancelled:
+            cancelled.discard(port)
+            return None  # its caller cancelled it: no one waits for it any more
         if (self.failure is not None or self.actor is None
                 or self.stop_requested is not None) and self._refuse(port):
             return None
@@ -203,6 +210,10 @@ class ActorBehavior:
     async def _run_async(self, call: m.Call, frame: list[memoryview],
                          concurrent: bool = False) -> None:
         port, name = call.port, call.endpoint
+        cancelled = self.cancelled
+        if cancelled is not None and port is not None and port in cancelled:
+            cancelled.discard(port)
+            return  # its caller cancelled it before it started
         if self._status is not None:
             self._say_running(name)
         ctx = MessageContext(self.instance, call.cast, self.g, name)
@@ -228,7 +239,9 @@ class ActorBehavior:
                 _debug.call_raised(exc)
             self._on_exception(exc, name, port, explicit)
         except BaseException as exc:
-            self._on_fatal(exc, name, port)
+            if not (ctx.cancelled and isinstance(exc, asyncio.CancelledError)):
+                self._on_fatal(exc, name, port)
+            # else: its caller cancelled it (``cancel``), and no one waits for a reply
         else:
             if _debug.armed:  # the session ends before the caller gets the result
                 _debug.call_ended()
@@ -239,6 +252,8 @@ class ActorBehavior:
                 self.bodies.pop(port, None)
             else:
                 self.current = None
+            if ctx.cancelled:
+                _uncancel(ctx.task)
             if _debug.armed:
                 _debug.call_ended()
             if self._status is not None:
@@ -247,6 +262,21 @@ class ActorBehavior:
             self._apply_abort()
         if self.failure is not None and not self.cleaned:
             await self._cleanup_async(self.failed_exc)
+
+    def cancel(self, port: m.PortRef) -> None:
+        """Stop the call that answers on ``port`` (loop thread, ``_cancel``): skip it when
+        its turn comes if it has not started; if an async handler runs it, raise
+        ``asyncio.CancelledError`` at its ``await``. A sync handler runs on to its end."""
+        if self.cancelled is None:
+            self.cancelled = RecentPorts()
+        self.cancelled.add(port)
+        ctx = self.bodies.get(port)
+        if ctx is None:
+            current = self.current
+            ctx = current if current is not None and current.port == port else None
+        if ctx is not None and ctx.task is not None and not ctx.cancelled:
+            ctx.cancelled = True
+            ctx.task.cancel()
 
     def _prepare(self, name: str, port: Any, frame: list[memoryview]) -> tuple[Any, bool, Any, Any]:
         args, kwargs = loads(frame[1], frame[2:])
@@ -475,3 +505,12 @@ class _NullPort:
 
     def exception(self, exc: BaseException) -> None:
         """Drop the error."""
+
+
+def _uncancel(task: asyncio.Task[Any]) -> None:
+    """Take back the cancellation request of a handler its caller cancelled: the task (an
+    async actor's, which handles the next message) is not being cancelled (Python 3.11+;
+    3.10 keeps no count)."""
+    uncancel = getattr(task, "uncancel", None)
+    if uncancel is not None:
+        uncancel()

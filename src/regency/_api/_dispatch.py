@@ -7,6 +7,7 @@
 * ``Fault``: test-only fault injection, carried out by ``regency.testing``;
 * ``WaitProbe``, ``WaitCycle``: probes of calls that wait on each other, and the news of a
   cycle they found (``_waits``).
+* ``CancelCall``: stop a call its caller cancelled (``_cancel``).
 
 Procs add ``StopProc`` (``_proc_main``), workers their lease messages (``_workers``).
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 from .._runtime._host_agent import write_lines
 from .._runtime._runtime import Runtime
 from .._wire import _messages as m
+from ._cancel import install as install_cancel
 from ._controllers import on_get_or_spawn_controller
 from ._failures import on_actor_failed, on_peer_lost, on_proc_exited, on_proc_up
 from ._spawning import on_spawn_actor
@@ -38,6 +40,7 @@ def install(rt: Runtime) -> None:
     rt.handle(m.Fault, lambda msg: _inject_fault(rt, msg))
     rt.handle(m.ProcOutput, lambda msg: write_lines(msg.label, msg.stream, msg.lines))
     install_wait_probes(rt)
+    install_cancel(rt)
     rt.peer_lost_hooks.append(lambda addr, exc: on_peer_lost(rt, addr, exc))
     sup = api_state(rt).supervisor = Supervisor(rt)
     rt.undeliverable_text = sup.undeliverable

@@ -28,6 +28,7 @@ from .._wire import _messages as m
 from .._wire import encode_call
 from ..errors import SupervisionError
 from . import _failfast, _future
+from ._cancel import cancel_call
 from ._context import _current
 from ._future import Future
 from ._process import runtime
@@ -257,6 +258,7 @@ _future.call_problem = call_problem  # what a call's Future asks before it waits
 _future.wait_call = wait_call  # and how it waits, compiled (ADR 0031)
 _future.wait_blocking = wait_blocking
 _future.watch_await = watch_await
+_future.cancel_call = cancel_call  # Future.cancel() of a call (``_cancel``)
 
 
 def _rt() -> Runtime:
@@ -313,6 +315,7 @@ class _Collector(ReplyReader):
     calls in flight are what the garbage collector looks at, again and again)."""
 
     any_thread = False  # whether its handler may run on a thread that read the reply itself
+    cancellable = False  # whether ``Future.cancel()`` may cancel it (``_cancel``)
 
     def __init__(self, rt: Runtime, route: Route, label: str, uid: str = "",
                  endpoint: str = "") -> None:
@@ -378,6 +381,7 @@ class _Collector(ReplyReader):
 
 class _Gather(_Collector):
     any_thread = True  # its handler may run on a thread that read the reply itself
+    cancellable = True
 
     def __init__(self, rt: Runtime, route: Route, label: str, uid: str = "",
                  endpoint: str = "") -> None:
@@ -400,6 +404,13 @@ class _Gather(_Collector):
     def fail(self, exc: BaseException) -> None:
         self.close()
         self.completion.set_exception(exc)
+
+    def cancel(self, exc: BaseException) -> bool:
+        """Fail with ``exc`` unless done already (``Future.cancel``); whether it did."""
+        if not self.completion.set_exception(exc):
+            return False
+        self.close()
+        return True
 
 
 class _One(_Gather):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import math
 import warnings
@@ -33,6 +34,9 @@ wait_call: Callable[[Completion, Any, float | None], bool] | None = None
 #: (in an actor's handler, a wait that lasts is probed for a cycle of calls: ``_waits``).
 watch_await: Callable[[Completion, Any], Generator[Any, None, Any]] | None = None
 
+#: Set by ``_cancel``: ``(call) -> bool``, cancel a call's future and its remote work.
+cancel_call: Callable[[Any], bool] | None = None
+
 #: Set by ``_endpoint``: ``(completion, timeout) -> bool``, ``completion.wait`` telling
 #: fail-fast what the main thread is blocked on (see ``_failfast``); after a wait that ended
 #: with a result, ``get`` clears ``_failfast.waiting`` once it returned or raised it.
@@ -42,9 +46,10 @@ wait_blocking: Callable[[Completion, float | None], bool] | None = None
 class Future(Generic[R]):
     """The eventual result of a remote operation.
 
-    Messages are sent eagerly: dropping a future does not cancel the work. ``get()`` blocks
-    the calling thread only and raises the built-in ``TimeoutError`` on timeout without
-    consuming the result; ``await`` works on any running asyncio loop, any number of times.
+    Messages are sent eagerly: dropping a future does not cancel the work (``cancel()``
+    does). ``get()`` blocks the calling thread only and raises the built-in
+    ``TimeoutError`` on timeout without consuming the result; ``await`` works on any running
+    asyncio loop, any number of times.
     """
 
     __slots__ = ("_blocking_guard", "_call", "_completion")
@@ -151,6 +156,26 @@ class Future(Generic[R]):
     def done(self) -> bool:
         """Whether the result (or exception) is there."""
         return self._completion.done()
+
+    def cancel(self) -> bool:
+        """Cancel the call: its ``get()`` and ``await`` raise
+        ``concurrent.futures.CancelledError`` from now on, and each member that has not
+        answered stops it: a call still queued is skipped, an async endpoint running it gets
+        ``asyncio.CancelledError`` at its ``await``; a sync endpoint running it runs to its
+        end, and its reply is dropped.
+
+        Returns False, and changes nothing, when the future is done already or is not the
+        future of a call (``stop()``'s, a stream's, the tensor engine's).
+        """
+        call = self._call
+        if call is None or cancel_call is None or self._completion.done():
+            return False
+        return cancel_call(call)
+
+    def cancelled(self) -> bool:
+        """Whether ``cancel()`` cancelled it."""
+        c = self._completion
+        return c.done() and isinstance(c.exception(), concurrent.futures.CancelledError)
 
     def add_callback(self, callback: Callable[[Future[R]], object]) -> None:
         """Call ``callback(self)`` once the result (or exception) is there: at once if it is

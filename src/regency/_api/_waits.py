@@ -47,7 +47,7 @@ from ._context import _current
 if TYPE_CHECKING:
     from ._behavior import ActorBehavior, MessageContext
 
-__all__ = ["Started", "WaitCycle", "WaitProbe", "install", "wait_watched", "watch_await"]
+__all__ = ["RecentPorts", "WaitCycle", "WaitProbe", "install", "wait_watched", "watch_await"]
 
 log = logging.getLogger("regency")
 
@@ -89,9 +89,10 @@ class WaitCycle(SystemMessage):
     steps: tuple[str, ...]
 
 
-class Started:
-    """The ports of the last calls from actors a member started (a bounded set): a probe
-    for one of them finds a call that already ran, not one still queued."""
+class RecentPorts:
+    """A bounded set of call ports, the oldest forgotten first: the last calls from actors a
+    member started (a probe for one of them finds a call that already ran, not one still
+    queued), or the calls cancelled before they started (``_cancel``)."""
 
     __slots__ = ("_ports", "size")
 
@@ -107,6 +108,9 @@ class Started:
 
     def __contains__(self, port: object) -> bool:
         return port in self._ports
+
+    def discard(self, port: PortRef) -> None:
+        self._ports.pop(port, None)
 
 
 # -- waiting -------------------------------------------------------------------------------------

@@ -1,0 +1,118 @@
+"""Actors for ``test_cancel`` (importable by procs)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+from typing import Any
+
+from regency.actor import Actor, concurrent_endpoint, endpoint
+
+_LOG: list[str] = []  # per process: what the actors of one proc did, in order
+
+
+class Sleeper(Actor):
+    """An async actor whose endpoints wait a long time and log what happened to them."""
+
+    @endpoint
+    async def nap(self, tag: str, seconds: float = 300.0) -> str:
+        _LOG.append(f"{tag} started")
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:
+            _LOG.append(f"{tag} cancelled")
+            raise
+        finally:
+            _LOG.append(f"{tag} ended")
+        return tag
+
+    @endpoint
+    async def stubborn(self, tag: str) -> str:
+        """Catches the cancellation and goes on: its reply is dropped."""
+        _LOG.append(f"{tag} started")
+        try:
+            await asyncio.sleep(300)
+        except asyncio.CancelledError:
+            _LOG.append(f"{tag} ignored the cancel")
+        return tag
+
+    @endpoint
+    async def timed(self) -> str:
+        """``asyncio.wait_for`` in the actor's task: a TimeoutError, even after a handler
+        of this task was cancelled."""
+        try:
+            await asyncio.wait_for(asyncio.sleep(10), timeout=0.01)
+        except (TimeoutError, asyncio.TimeoutError):
+            return "timed out"
+        return "slept"
+
+    @concurrent_endpoint
+    async def body(self, tag: str) -> str:
+        _LOG.append(f"{tag} started")
+        try:
+            await asyncio.sleep(300)
+        except asyncio.CancelledError:
+            _LOG.append(f"{tag} cancelled")
+            raise
+        return tag
+
+    @endpoint
+    async def record(self, tag: str) -> str:
+        _LOG.append(tag)
+        return tag
+
+    @endpoint
+    async def cancel_peers_nap(self, peer: Any, watcher: Any, tag: str) -> str:
+        """Call ``peer.nap``, cancel it once it runs (``watcher``, an ``Opener`` of its
+        proc, tells), and say what the await raised."""
+        fut = peer.nap.call_one(tag)
+        deadline = time.monotonic() + 30
+        while f"{tag} started" not in await watcher.history.call_one():
+            if time.monotonic() > deadline:
+                return "never started"
+            await asyncio.sleep(0.01)
+        if not fut.cancel():
+            return "not cancelled"
+        try:
+            await fut
+        except concurrent.futures.CancelledError:
+            return "cancelled"
+        return "answered"
+
+
+_GATES: dict[str, threading.Event] = {}  # per process: shared by the actors of one proc
+
+
+def _gate(name: str) -> threading.Event:
+    return _GATES.setdefault(name, threading.Event())
+
+
+class Blocker(Actor):
+    """A sync actor whose ``block`` waits until an ``Opener`` of its proc opens a gate."""
+
+    @endpoint
+    def block(self, tag: str) -> str:
+        _LOG.append(f"{tag} started")
+        _gate(tag).wait(60)
+        _LOG.append(f"{tag} ended")
+        return tag
+
+    @endpoint
+    def record(self, tag: str) -> str:
+        _LOG.append(tag)
+        return tag
+
+
+class Opener(Actor):
+    """Another actor of a proc: opens a ``Blocker``'s gate, tells the proc's log while its
+    other actors are busy."""
+
+    @endpoint
+    def open(self, tag: str) -> None:
+        _gate(tag).set()
+
+    @endpoint
+    def history(self) -> list[str]:
+        return list(_LOG)

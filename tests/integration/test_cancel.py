@@ -1,0 +1,193 @@
+"""``Future.cancel()``: the caller's wait ends with ``CancelledError`` and the members stop
+the call as far as Python allows (``_api/_cancel.py``, ADR 0036): a queued call is skipped,
+an async endpoint gets ``asyncio.CancelledError`` at its ``await``, a running sync endpoint
+runs to its end; the actor goes on with its next message."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import CancelledError
+from typing import Any
+
+import pytest
+from _cancel_actors import Blocker, Opener, Sleeper
+
+from regency.actor import this_host
+
+T = 30
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def procs() -> Iterator[Any]:
+    procs = this_host().spawn_procs(per_host={"gpus": 2}, name="cancel")
+    yield procs
+    procs.stop().get(timeout=T)
+
+
+@pytest.fixture(scope="module")
+def sleeper(procs: Any) -> Any:
+    return procs.slice(gpus=0).spawn("sleeper", Sleeper)
+
+
+@pytest.fixture(scope="module")
+def openers(procs: Any) -> Any:
+    """One ``Opener`` per proc: reads its proc's log while the other actors are busy."""
+    return procs.spawn("openers", Opener)
+
+
+@pytest.fixture(scope="module")
+def watch(openers: Any) -> Callable[[], list[str]]:
+    """The log of the sleeper's proc."""
+    return log_of(openers.slice(gpus=0))
+
+
+def until_logged(history: Callable[[], list[str]], *lines: str) -> list[str]:
+    """The proc's log, once it has all ``lines`` (polled: the event is in another process)."""
+    deadline = time.monotonic() + T
+    while True:
+        log = history()
+        if all(line in log for line in lines):
+            return log
+        assert time.monotonic() < deadline, f"never logged {lines}: {log}"
+        time.sleep(0.01)
+
+
+def log_of(actor: Any) -> Callable[[], list[str]]:
+    return lambda: actor.history.call_one().get(timeout=T)
+
+
+def test_a_running_async_endpoint_is_cancelled_and_the_actor_goes_on(
+        sleeper: Any, watch: Any) -> None:
+    fut = sleeper.nap.call_one("a1")
+    until_logged(watch, "a1 started")
+    assert fut.cancel() is True
+    assert fut.cancelled() and fut.done()
+    with pytest.raises(CancelledError, match=r"nap\(\) was cancelled"):
+        fut.get(timeout=T)
+    assert sleeper.record.call_one("a1 next").get(timeout=T) == "a1 next"
+    log = watch()
+    assert log.index("a1 cancelled") < log.index("a1 ended") < log.index("a1 next")
+
+
+def test_cancel_of_a_done_future_is_false_and_changes_nothing(sleeper: Any) -> None:
+    fut = sleeper.record.call_one("b1")
+    assert fut.get(timeout=T) == "b1"
+    assert fut.cancel() is False
+    assert not fut.cancelled()
+    assert fut.get(timeout=T) == "b1"
+
+
+def test_a_queued_call_is_skipped(sleeper: Any, watch: Any) -> None:
+    running = sleeper.nap.call_one("c1")
+    queued = sleeper.record.call_one("c1 queued")  # behind nap: the actor is serial
+    until_logged(watch, "c1 started")
+    assert queued.cancel() and running.cancel()
+    assert sleeper.record.call_one("c1 after").get(timeout=T) == "c1 after"
+    log = watch()
+    assert "c1 queued" not in log
+    assert log.index("c1 cancelled") < log.index("c1 after")
+
+
+def test_a_handler_that_catches_the_cancel_runs_on_and_timeouts_still_work(
+        sleeper: Any, watch: Any) -> None:
+    fut = sleeper.stubborn.call_one("d1")
+    until_logged(watch, "d1 started")
+    assert fut.cancel()
+    with pytest.raises(CancelledError):
+        fut.get(timeout=T)  # its reply, when it comes, is dropped
+    until_logged(watch, "d1 ignored the cancel")
+    # the actor's task took the cancellation back: its own timeouts are timeouts
+    assert sleeper.timed.call_one().get(timeout=T) == "timed out"
+
+
+def test_a_concurrent_body_is_cancelled(sleeper: Any, watch: Any) -> None:
+    fut = sleeper.body.call_one("e1")
+    until_logged(watch, "e1 started")
+    assert fut.cancel()
+    until_logged(watch, "e1 cancelled")
+    assert sleeper.record.call_one("e1 next").get(timeout=T) == "e1 next"
+
+
+def test_a_call_to_a_whole_mesh_is_cancelled_on_every_member(procs: Any, openers: Any) -> None:
+    mesh = procs.spawn("sleepers", Sleeper)
+    fut = mesh.nap.call("f1")
+    for g in (0, 1):  # each proc has its own log
+        until_logged(log_of(openers.slice(gpus=g)), "f1 started")
+    assert fut.cancel()
+    with pytest.raises(CancelledError):
+        fut.get(timeout=T)
+    for g in (0, 1):
+        until_logged(log_of(openers.slice(gpus=g)), "f1 cancelled")
+    assert list(mesh.record.call("f1 next").get(timeout=T).values()) == ["f1 next"] * 2
+
+
+def test_a_running_sync_endpoint_runs_to_its_end_and_its_queue_is_skipped(
+        procs: Any, openers: Any) -> None:
+    blocker, opener = procs.slice(gpus=1).spawn("blocker", Blocker), openers.slice(gpus=1)
+    running = blocker.block.call_one("g1")
+    queued = blocker.record.call_one("g1 queued")
+    until_logged(log_of(opener), "g1 started")
+    assert running.cancel() and queued.cancel()
+    with pytest.raises(CancelledError):
+        running.get(timeout=T)
+    opener.open.call_one("g1").get(timeout=T)
+    assert blocker.record.call_one("g1 after").get(timeout=T) == "g1 after"
+    log = log_of(opener)()
+    assert log.index("g1 started") < log.index("g1 ended") < log.index("g1 after")
+    assert "g1 queued" not in log
+
+
+def test_await_of_a_cancelled_call_raises_cancelled_error(sleeper: Any, watch: Any) -> None:
+    async def main() -> None:
+        fut = sleeper.nap.call_one("h1")
+        await asyncio.to_thread(until_logged, watch, "h1 started")
+        assert fut.cancel()
+        with pytest.raises(CancelledError):
+            await fut
+
+    asyncio.run(asyncio.wait_for(main(), T))
+    until_logged(watch, "h1 cancelled")
+
+
+def test_cancel_from_another_thread_ends_a_blocked_get(sleeper: Any, watch: Any) -> None:
+    fut = sleeper.nap.call_one("i1")
+    got: list[BaseException] = []
+    blocked = threading.Event()
+
+    def wait() -> None:
+        blocked.set()
+        try:
+            fut.get(timeout=T)
+        except BaseException as exc:  # noqa: BLE001 - what it raised is the finding
+            got.append(exc)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    blocked.wait(T)
+    until_logged(watch, "i1 started")
+    assert fut.cancel()
+    waiter.join(T)
+    assert not waiter.is_alive()
+    assert len(got) == 1 and isinstance(got[0], CancelledError)
+
+
+def test_an_actor_cancels_a_call_it_made(procs: Any, sleeper: Any, openers: Any,
+                                         watch: Any) -> None:
+    caller = procs.slice(gpus=1).spawn("canceller", Sleeper)
+    watcher = openers.slice(gpus=0)
+    assert caller.cancel_peers_nap.call_one(sleeper, watcher, "j1").get(timeout=T) == "cancelled"
+    until_logged(watch, "j1 cancelled")
+
+
+def test_futures_that_are_not_of_one_call_are_not_cancelled(procs: Any, sleeper: Any) -> None:
+    streamed = list(sleeper.record.stream("k1"))
+    assert streamed[0].cancel() is False
+    assert streamed[0].get(timeout=T) == "k1"
+    extra = procs.spawn("stopped", Sleeper)
+    stopping = extra.stop()
+    assert stopping.cancel() is False
+    stopping.get(timeout=T)
