@@ -18,6 +18,8 @@ NOTES: dict[str, tuple[str, str]] = {
         "keys are listed too"),
     "monarch:Future": (
         "different", "regency's actor `Future`; the tensor engine's lands with issue 13"),
+    "monarch.actor:Context": (
+        "better", "the same, and `cancelled` tells an endpoint its caller cancelled the call"),
     "monarch.actor:Future": (
         "better", "the same, and `cancel()`/`cancelled()` take a call back (ADR 0036)"),
     "monarch:Shape": (

@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Any
 
-from regency.actor import Actor, concurrent_endpoint, endpoint
+from regency.actor import Actor, concurrent_endpoint, context, endpoint
 
 _LOG: list[str] = []  # per process: what the actors of one proc did, in order
 
@@ -103,6 +103,18 @@ class Blocker(Actor):
     def record(self, tag: str) -> str:
         _LOG.append(tag)
         return tag
+
+    @endpoint
+    def until_cancelled(self, tag: str, seconds: float) -> str:
+        """Work in steps for ``seconds`` at most, looking at ``context().cancelled``."""
+        _LOG.append(f"{tag} started")
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if context().cancelled:
+                _LOG.append(f"{tag} noticed")
+                return "cancelled"
+            time.sleep(0.005)
+        return "not cancelled"
 
 
 class Opener(Actor):

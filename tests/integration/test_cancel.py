@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from _cancel_actors import Blocker, Opener, Sleeper
 
-from regency.actor import this_host
+from regency.actor import context, this_host
 
 T = 30
 pytestmark = pytest.mark.timeout(120)
@@ -139,6 +139,17 @@ def test_a_running_sync_endpoint_runs_to_its_end_and_its_queue_is_skipped(
     log = log_of(opener)()
     assert log.index("g1 started") < log.index("g1 ended") < log.index("g1 after")
     assert "g1 queued" not in log
+
+
+def test_a_sync_endpoint_can_see_that_its_call_was_cancelled(procs: Any, openers: Any) -> None:
+    blocker, opener = procs.slice(gpus=1).spawn("looker", Blocker), openers.slice(gpus=1)
+    fut = blocker.until_cancelled.call_one("l1", 60)
+    until_logged(log_of(opener), "l1 started")
+    assert fut.cancel()
+    until_logged(log_of(opener), "l1 noticed")
+    # the next message of the same endpoint (the same context object, reused) is not
+    assert blocker.until_cancelled.call_one("l2", 0.05).get(timeout=T) == "not cancelled"
+    assert context().cancelled is False  # outside any endpoint
 
 
 def test_await_of_a_cancelled_call_raises_cancelled_error(sleeper: Any, watch: Any) -> None:

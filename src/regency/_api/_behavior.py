@@ -50,7 +50,15 @@ class MessageContext(Context):
         self.port: Any = None  # where its reply goes: which call it runs (``_waits``)
         self.waits: list[Any] = []  # the calls it has waited on for long (``_waits``)
         self.task: Any = None  # an async handler's own task: its awaits are its waits
-        self.cancelled = False  # its caller cancelled it: the task's CancelledError is ours
+        # the call its caller cancelled (``Future.cancel``): a port, so that a sync actor's
+        # context, reused by its next message, is not cancelled with it
+        self.cancelled_port: Any = None
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the caller cancelled the call being handled."""
+        port = self.cancelled_port
+        return port is not None and port == self.port
 
     @cached_property
     def message_rank(self) -> Point:  # type: ignore[override]
@@ -266,7 +274,8 @@ class ActorBehavior:
     def cancel(self, port: m.PortRef) -> None:
         """Stop the call that answers on ``port`` (loop thread, ``_cancel``): skip it when
         its turn comes if it has not started; if an async handler runs it, raise
-        ``asyncio.CancelledError`` at its ``await``. A sync handler runs on to its end."""
+        ``asyncio.CancelledError`` at its ``await``. A sync handler runs on to its end;
+        its ``context().cancelled`` turns true."""
         if self.cancelled is None:
             self.cancelled = RecentPorts()
         self.cancelled.add(port)
@@ -274,9 +283,10 @@ class ActorBehavior:
         if ctx is None:
             current = self.current
             ctx = current if current is not None and current.port == port else None
-        if ctx is not None and ctx.task is not None and not ctx.cancelled:
-            ctx.cancelled = True
-            ctx.task.cancel()
+        if ctx is not None and not ctx.cancelled:
+            ctx.cancelled_port = port  # what ``context().cancelled`` tells a sync endpoint
+            if ctx.task is not None:
+                ctx.task.cancel()
 
     def _prepare(self, name: str, port: Any, frame: list[memoryview]) -> tuple[Any, bool, Any, Any]:
         args, kwargs = loads(frame[1], frame[2:])

@@ -113,6 +113,13 @@ class Context:
     actor_instance: Instance
     message_rank: Point
 
+    @property
+    def cancelled(self) -> bool:
+        """Whether the caller cancelled the call being handled (``Future.cancel()``; not in
+        Monarch). A sync endpoint cannot be interrupted: one that runs long can look, and
+        return early. False outside an endpoint."""
+        return False
+
     def __repr__(self) -> str:
         return f"Context({self.actor_instance!r}, message_rank={self.message_rank!r})"
 
