@@ -12,8 +12,10 @@ figures to compare are those of one pair, and the median over pairs::
 
 A variant is ``NAME=SRC[:ENV=VALUE,...]``: the ``src`` directory to import regency from
 (another checkout, built or not) and environment settings. Workloads: ``sync`` (a loop of
-``call_one(1).get()``), ``pipelined`` (rounds of ``call_one`` then the ``get``s) and
-``beside`` (``sync``'s loop to an async actor whose proc also holds an idle sync actor).
+``call_one(1).get()``), ``pipelined`` (rounds of ``call_one`` then the ``get``s),
+``async`` (``sync``'s loop to an async actor), ``beside`` (the same, with an idle sync
+actor in the async actor's proc) and ``actors`` (an async actor's loop of awaited calls to
+an async actor of another proc).
 Reported per call: wall time, the controller's CPU and the procs' CPU.
 """
 
@@ -35,23 +37,32 @@ _CHILD = r"""
 import json, os, sys, time
 import psutil
 from regency.actor import this_host
-from benchmarks._actors import AsyncPinger, SyncPinger
+from benchmarks._actors import AsyncCaller, AsyncPinger, SyncPinger
 
 workload, calls, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 procs = this_host().spawn_procs(per_host={"procs": 1})
-if workload == "beside":  # an async actor beside an idle sync actor of its proc
+if workload == "actors":  # an async actor's awaited calls to an async actor of another proc
+    other = this_host().spawn_procs(per_host={"procs": 1})
+    caller, mesh = procs.spawn("caller", AsyncCaller), other.spawn("ab", AsyncPinger)
+elif workload == "beside":  # an async actor beside an idle sync actor of its proc
     procs.spawn("idle", SyncPinger).ping.call_one(1).get()
+    mesh = procs.spawn("ab", AsyncPinger)
+elif workload == "async":
     mesh = procs.spawn("ab", AsyncPinger)
 else:
     mesh = procs.spawn("ab", SyncPinger)
 for _ in range(2000):
     mesh.ping.call_one(1).get()
+if workload == "actors":
+    caller.call_seq.call_one(mesh, 2000).get()
 kids = psutil.Process().children(recursive=True)
 def kid_cpu():
     return sum(sum(k.cpu_times()[:2]) for k in kids)
 cpu0, kids0, t0 = time.process_time(), kid_cpu(), time.perf_counter()
 for _ in range(rounds):
-    if workload != "pipelined":
+    if workload == "actors":
+        caller.call_seq.call_one(mesh, calls).get()
+    elif workload != "pipelined":
         for _ in range(calls):
             mesh.ping.call_one(1).get()
     else:
@@ -63,6 +74,8 @@ out = {"wall_us": (time.perf_counter() - t0) / n * 1e6,
        "ctrl_cpu_us": (time.process_time() - cpu0) / n * 1e6,
        "procs_cpu_us": (kid_cpu() - kids0) / n * 1e6}
 procs.stop().get()
+if workload == "actors":
+    other.stop().get()
 print("@@ab " + json.dumps(out), flush=True)
 """
 
@@ -93,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variant", action="append", type=_variant, required=True,
                         help="NAME=SRC[:ENV=VALUE,...]; give two or more")
-    parser.add_argument("--workload", choices=("sync", "pipelined", "beside"), default="sync")
+    parser.add_argument("--workload", default="sync",
+                        choices=("sync", "pipelined", "async", "beside", "actors"))
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--calls", type=int, default=2000, help="calls per round")
     parser.add_argument("--rounds", type=int, default=20)

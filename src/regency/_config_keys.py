@@ -97,6 +97,10 @@ REGENCY_KEYS: dict[str, Key] = {k.name: k for k in (
     _key("borrow_reads", "bool", True, "borrow receive buffers for unpickling"),
     _key("borrow_spin", "duration", 0.0001, "how long a borrowed read spins before sleeping"),
     _key("borrow_spin_busy", "bool", False, "spin even when the machine is busy"),
+    _key("loop_spin", "duration", 0.0001,
+         "how long a proc's event loop keeps polling after it handled a message before it "
+         "sleeps: a faster next call to its async actors (0: never; never on a busy machine "
+         "unless borrow_spin_busy)"),
     _key("borrow_linger", "duration", 0.01,
          "how long a connection a borrowed read just read stays off the event loop, for the "
          "next borrowed read (0: back at once)"),

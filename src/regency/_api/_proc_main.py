@@ -26,6 +26,7 @@ from .._debug._dumps import arm as arm_stack_dumps
 from .._mesh import Point, Shape
 from .._runtime import _current
 from .._runtime._host_agent import AGENT_LOST_EXIT
+from .._runtime._loop_spin import LoopSpin
 from .._runtime._runtime import Runtime
 from .._wire._messages import ProcReady, StopProc
 from . import _dispatch, _terminate
@@ -105,6 +106,9 @@ def _host_agent_lost(rt: Runtime, exc: BaseException | None) -> None:
 
 async def _serve(rt: Runtime, spec: dict[str, Any], stop: asyncio.Event) -> int:
     await rt.start(spec.get("bind", spec["addr"]), identity=spec["addr"])
+    spin = float(config.get("loop_spin"))
+    if spin > 0:  # async actors run on this loop: it polls a moment before it sleeps
+        rt.loop_spin = LoopSpin(rt.loop, rt.read_here, spin)
     if observe.enabled():
         observe.start_proc(rt, spec)
     api_state(rt).root_context = root_context_of(rt)

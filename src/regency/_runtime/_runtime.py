@@ -152,6 +152,9 @@ class Runtime:
         # regency._observe._observer.Observer while the job records (config ``observe``):
         # shown each system message handled here; None otherwise, and then nothing is done
         self.observer: Any = None
+        # _loop_spin.LoopSpin in a proc (``loop_spin``): its loop polls a moment after each
+        # frame it handles before it sleeps; None elsewhere
+        self.loop_spin: Any = None
 
     # -- threads ---------------------------------------------------------------------------
     def on_loop(self) -> bool:
@@ -262,6 +265,9 @@ class Runtime:
     def _on_inbound(self, inbound: Inbound) -> None:
         """A frame and its header, decoded by the connection that read it (loop thread)."""
         header, frame = inbound
+        spin = self.loop_spin
+        if spin is not None:
+            spin.kick()
         if isinstance(header, Reply):
             handler = self.ports.get(header.port_id)
             if handler is not None:
