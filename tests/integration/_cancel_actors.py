@@ -64,6 +64,16 @@ class Sleeper(Actor):
         return tag
 
     @endpoint
+    async def shared(self, tag: str) -> str:
+        """Awaits one task every call shares (started by the first): cancelling the call
+        that awaits it cancels the task too, as asyncio does."""
+        _LOG.append(f"{tag} started")
+        if getattr(self, "loading", None) is None:
+            self.loading = asyncio.get_running_loop().create_task(asyncio.sleep(300))
+        await self.loading
+        return tag
+
+    @endpoint
     async def cancel_peers_nap(self, peer: Any, watcher: Any, tag: str) -> str:
         """Call ``peer.nap``, cancel it once it runs (``watcher``, an ``Opener`` of its
         proc, tells), and say what the await raised."""

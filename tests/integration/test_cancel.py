@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from _cancel_actors import Blocker, Opener, Sleeper
 
-from regency.actor import context, this_host
+from regency import config
+from regency.actor import ActorError, context, this_host
 
 T = 30
 pytestmark = pytest.mark.timeout(120)
@@ -66,6 +67,7 @@ def test_a_running_async_endpoint_is_cancelled_and_the_actor_goes_on(
     until_logged(watch, "a1 started")
     assert fut.cancel() is True
     assert fut.cancelled() and fut.done()
+    assert fut.cancel() is True  # as Python's futures: cancelled already
     with pytest.raises(CancelledError, match=r"nap\(\) was cancelled"):
         fut.get(timeout=T)
     assert sleeper.record.call_one("a1 next").get(timeout=T) == "a1 next"
@@ -192,6 +194,72 @@ def test_an_actor_cancels_a_call_it_made(procs: Any, sleeper: Any, openers: Any,
     watcher = openers.slice(gpus=0)
     assert caller.cancel_peers_nap.call_one(sleeper, watcher, "j1").get(timeout=T) == "cancelled"
     until_logged(watch, "j1 cancelled")
+
+
+def test_a_task_shared_with_a_cancelled_call_fails_the_next_call_not_the_actor(
+        procs: Any, watch: Any) -> None:
+    sharer = procs.slice(gpus=0).spawn("sharer", Sleeper)
+    first = sharer.shared.call_one("m1")
+    until_logged(watch, "m1 started")
+    assert first.cancel()  # the shared task is cancelled with it (asyncio's rule)
+    with pytest.raises(ActorError) as info:  # an error of this call: the actor lives on
+        sharer.shared.call_one("m2").get(timeout=T)
+    assert isinstance(info.value.exception, asyncio.CancelledError)
+    assert sharer.record.call_one("m3").get(timeout=T) == "m3"
+
+
+def test_a_cancel_reaches_a_call_of_an_actor_being_stopped(procs: Any, watch: Any) -> None:
+    doomed = procs.slice(gpus=0).spawn("doomed", Sleeper)
+    fut = doomed.nap.call_one("n1")
+    until_logged(watch, "n1 started")
+    stopping = doomed.stop()  # waits for the running call, unless it is cancelled
+    assert fut.cancel()
+    stopping.get(timeout=T)
+    until_logged(watch, "n1 cancelled")
+
+
+def test_many_queued_calls_cancelled_are_all_skipped(procs: Any, openers: Any) -> None:
+    blocker, opener = procs.slice(gpus=1).spawn("many", Blocker), openers.slice(gpus=1)
+    running = blocker.block.call_one("o1")
+    until_logged(log_of(opener), "o1 started")
+    queued = [blocker.record.call_one(f"o1 q{i}") for i in range(600)]
+    assert all(f.cancel() for f in queued)
+    # the cancels travel ahead of the call that opens the gate, on the same connection
+    opener.open.call_one("o1").get(timeout=T)
+    assert running.get(timeout=T) == "o1"
+    assert blocker.record.call_one("o1 after").get(timeout=T) == "o1 after"
+    assert not [line for line in log_of(opener)() if line.startswith("o1 q")]
+
+
+def test_choose_can_be_cancelled(procs: Any, openers: Any) -> None:
+    mesh = procs.spawn("chosen", Sleeper)
+    fut = mesh.nap.choose("p1")
+    deadline = time.monotonic() + T
+    while not any("p1 started" in log_of(openers.slice(gpus=g))() for g in (0, 1)):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert fut.cancel()
+    deadline = time.monotonic() + T
+    while not any("p1 cancelled" in log_of(openers.slice(gpus=g))() for g in (0, 1)):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def test_a_cast_relayed_down_a_tree_is_cancelled_on_every_member() -> None:
+    with config.configured(max_cast_fanout=1):  # 3 members: the cast is relayed
+        procs = this_host().spawn_procs(per_host={"gpus": 3}, name="relayed")
+        try:
+            mesh, openers = procs.spawn("relayed", Sleeper), procs.spawn("logs", Opener)
+            running, queued = mesh.nap.call("q1"), mesh.record.call("q1 queued")
+            for g in range(3):
+                until_logged(log_of(openers.slice(gpus=g)), "q1 started")
+            assert queued.cancel() and running.cancel()
+            assert list(mesh.record.call("q1 after").get(timeout=T).values()) == ["q1 after"] * 3
+            for g in range(3):
+                log = log_of(openers.slice(gpus=g))()
+                assert "q1 cancelled" in log and "q1 queued" not in log
+        finally:
+            procs.stop().get(timeout=T)
 
 
 def test_futures_that_are_not_of_one_call_are_not_cancelled(procs: Any, sleeper: Any) -> None:

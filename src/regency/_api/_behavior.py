@@ -140,10 +140,6 @@ class ActorBehavior:
         port = call.port
         if port is not None and call.sender != "root":  # a call an actor may wait on
             self.started.add(port)
-        cancelled = self.cancelled
-        if cancelled is not None and port is not None and port in cancelled:
-            cancelled.discard(port)
-            return None  # its caller cancelled it: no one waits for it any more
         if (self.failure is not None or self.actor is None
                 or self.stop_requested is not None) and self._refuse(port):
             return None
@@ -155,6 +151,11 @@ class ActorBehavior:
             _current.set(ctx)
         ctx.port = port
         self.current = ctx
+        cancelled = self.cancelled  # looked at after ``current`` is set: ``cancel`` on the
+        if cancelled is not None and port is not None and port in cancelled:  # loop adds
+            cancelled.discard(port)  # first and looks at ``current`` second, so one of
+            self.current = None      # the two sees the other
+            return None  # its caller cancelled it: no one waits for it any more
         status = self._status
         if status is not None:  # what the host agent reports if the proc dies meanwhile
             status[:128] = self._status_names.get(name) or self._running_record(name)
@@ -247,9 +248,16 @@ class ActorBehavior:
                 _debug.call_raised(exc)
             self._on_exception(exc, name, port, explicit)
         except BaseException as exc:
-            if not (ctx.cancelled and isinstance(exc, asyncio.CancelledError)):
+            if not isinstance(exc, asyncio.CancelledError):
                 self._on_fatal(exc, name, port)
-            # else: its caller cancelled it (``cancel``), and no one waits for a reply
+            elif ctx.cancelled and _cancels(ctx.task) <= 1:
+                pass  # its caller cancelled it (``cancel``), and no one waits for a reply
+            elif _cancels(ctx.task) == 0:
+                # not a cancellation of this task: something it awaited was cancelled (a
+                # task shared with a call its caller cancelled, say): this call's error
+                self._on_exception(exc, name, port, explicit)
+            else:
+                self._on_fatal(exc, name, port)  # the actor's task itself is cancelled
         else:
             if _debug.armed:  # the session ends before the caller gets the result
                 _debug.call_ended()
@@ -276,14 +284,18 @@ class ActorBehavior:
         its turn comes if it has not started; if an async handler runs it, raise
         ``asyncio.CancelledError`` at its ``await``. A sync handler runs on to its end;
         its ``context().cancelled`` turns true."""
-        if self.cancelled is None:
-            self.cancelled = RecentPorts()
-        self.cancelled.add(port)
+        cancelled = self.cancelled
+        if cancelled is None:
+            cancelled = self.cancelled = RecentPorts(_CANCELS_KEPT)
+        cancelled.add(port)  # first, then look at what runs (see ``handle``)
         ctx = self.bodies.get(port)
         if ctx is None:
             current = self.current
             ctx = current if current is not None and current.port == port else None
-        if ctx is not None and not ctx.cancelled:
+        if ctx is None:
+            return  # queued (or not here yet): skipped when its turn comes
+        cancelled.discard(port)  # it runs: nothing to skip
+        if not ctx.cancelled:
             ctx.cancelled_port = port  # what ``context().cancelled`` tells a sync endpoint
             if ctx.task is not None:
                 ctx.task.cancel()
@@ -364,7 +376,7 @@ class ActorBehavior:
         failed.``), then which member."""
         return f"{self.instance.name}.{name} on {self.instance.actor_id}"
 
-    def _on_exception(self, exc: Exception, name: str, port: Any, explicit: bool) -> None:
+    def _on_exception(self, exc: BaseException, name: str, port: Any, explicit: bool) -> None:
         if port is None or explicit:
             self.fail(exc, name)
             if port is not None:
@@ -515,6 +527,18 @@ class _NullPort:
 
     def exception(self, exc: BaseException) -> None:
         """Drop the error."""
+
+
+#: Cancelled calls an actor remembers until their turn comes (the oldest forgotten first: a
+#: cancel that crossed its call's reply leaves a port that never comes).
+_CANCELS_KEPT = 65536
+
+
+def _cancels(task: asyncio.Task[Any] | None) -> int:
+    """How many cancellations of ``task`` are pending (Python 3.11+); 3.10 keeps no count:
+    taken as one, which is the caller's when its context is cancelled."""
+    cancelling = getattr(task, "cancelling", None)
+    return 1 if cancelling is None else int(cancelling())
 
 
 def _uncancel(task: asyncio.Task[Any]) -> None:

@@ -60,7 +60,7 @@ def cancel_call(call: Any) -> bool:
     if not call.cancel(error):
         return False  # answered (or failed) first
     rt = call.rt
-    port = (rt.contact, call.port_id)
+    port = (call.contact, call.port_id)  # as the call carries it
     dead = rt.dead_addrs
     for rank, addr in zip(call.route.ranks, call.route.addrs):
         if rank in expected and addr not in dead:
@@ -80,9 +80,11 @@ def on_cancel(rt: Runtime, msg: CancelCall) -> None:
         if held:
             held[:] = [(call, frame) for call, frame in held if call.port != msg.call_port]
         return
-    behavior: ActorBehavior | None = getattr(cell, "behavior", None)
+    # a live cell's behavior, or that of a stopped actor whose cell still runs what it had
+    behavior: ActorBehavior | None = (getattr(cell, "behavior", None)
+                                      or getattr(cell, "draining", None))
     if behavior is None or behavior.g != msg.rank:
-        return  # not this member (a stopped actor's tombstone answers its calls)
+        return  # not this member, or an actor stopped and done: nothing runs it
     behavior.cancel(msg.call_port)
 
 

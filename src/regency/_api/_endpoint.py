@@ -143,7 +143,7 @@ class Endpoint(Generic[R]):
 
     def _send(self, rt: Runtime, args: tuple[Any, ...], kwargs: dict[str, Any],
               reply: _Collector | tuple[str, int] | None, route: Route) -> None:
-        port = (rt.contact, reply.port_id) if isinstance(reply, _Collector) else reply
+        port = (reply.contact, reply.port_id) if isinstance(reply, _Collector) else reply
         try:
             self._bind(args, kwargs)
             try:
@@ -324,6 +324,9 @@ class _Collector(ReplyReader):
         self.uid = uid  # for the supervisor: which mesh and endpoint this call waits on
         self.endpoint = endpoint
         self.got: set[int] | None = None  # the ranks that replied (made by the first reply)
+        # where its replies go, as the call says it: probes and cancels name the call so
+        # (``rt.contact`` may change later: ``attach_to_workers`` adds a TCP address)
+        self.contact: str = rt.contact
         ports = self.ports = rt.port_table
         port_id = ports.open(self, route.targets, self.any_thread)
         one = route.tree is None and len(route.addrs) == 1  # one proc answers: read it here

@@ -99,6 +99,7 @@ class Future(Generic[R]):
         Raises:
             TimeoutError: ``timeout`` seconds passed; names what is still pending. The future
                 is not consumed: a later ``get()`` can still return the result.
+            concurrent.futures.CancelledError: ``cancel()`` cancelled the call.
             ValueError: ``timeout`` is negative or not finite.
         """
         if timeout is not None:
@@ -164,18 +165,22 @@ class Future(Generic[R]):
         ``asyncio.CancelledError`` at its ``await``; a sync endpoint running it runs to its
         end, and its reply is dropped.
 
-        Returns False, and changes nothing, when the future is done already or is not the
-        future of a call (``stop()``'s, a stream's, the tensor engine's).
+        Returns True for a future cancelled already; False, changing nothing, for one done
+        otherwise or not the future of a call (``stop()``'s, a stream's, the tensor
+        engine's).
         """
         call = self._call
-        if call is None or cancel_call is None or self._completion.done():
+        if call is None or cancel_call is None:
             return False
+        if self._completion.done():
+            return self.cancelled()
         return cancel_call(call)
 
     def cancelled(self) -> bool:
         """Whether ``cancel()`` cancelled it."""
         c = self._completion
-        return c.done() and isinstance(c.exception(), concurrent.futures.CancelledError)
+        return (self._call is not None and c.done()
+                and isinstance(c.exception(), concurrent.futures.CancelledError))
 
     def add_callback(self, callback: Callable[[Future[R]], object]) -> None:
         """Call ``callback(self)`` once the result (or exception) is there: at once if it is

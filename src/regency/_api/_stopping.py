@@ -23,11 +23,14 @@ class Tombstone:
     """What stays of a stopped actor: calls to it fail at once."""
 
     def __init__(self, rt: Runtime, uid: str, reason: str,
-                 failure: MeshFailure | None = None) -> None:
+                 failure: MeshFailure | None = None, draining: Any = None) -> None:
         self.rt = rt
         self.uid = uid
         self.reason = reason
         self.failure = failure
+        # the behavior whose cell still runs the calls it had when it was stopped, until
+        # its cleanup is done: a cancel of one of them reaches it (``_cancel``)
+        self.draining = draining
 
     def enqueue(self, call: m.Call, frame: list[memoryview]) -> None:
         """Answer a call with why this actor is gone."""
@@ -52,15 +55,14 @@ def on_stop_actor(rt: Runtime, msg: m.StopActor) -> None:
         if port is not None:
             rt.send_reply(port, None, m.OK, None)
         return
-    rt.cells[uid] = Tombstone(rt, uid, msg.reason)
+    stone = rt.cells[uid] = Tombstone(rt, uid, msg.reason, draining=behavior)
     stop_owned(rt, uid)
 
     def finish() -> Any:
         result = behavior.cleanup(None)
         if asyncio.iscoroutine(result):
-            return _then(result, lambda: _released(behavior, lambda: _acked(rt, port)))
-        behavior.release()
-        _acked(rt, port)
+            return _then(result, lambda: _released(behavior, stone, lambda: _acked(rt, port)))
+        _released(behavior, stone, lambda: _acked(rt, port))
         return None
 
     cell.control(finish)
@@ -94,8 +96,9 @@ async def _then(coro: Any, after: Any) -> None:
         after()
 
 
-def _released(behavior: Any, then: Any) -> None:
+def _released(behavior: Any, stone: Tombstone, then: Any) -> None:
     behavior.release()
+    stone.draining = None
     then()
 
 
@@ -115,18 +118,18 @@ async def stop_cells(rt: Runtime, timeout: float, why: str = "the proc is stoppi
             continue
         fut: asyncio.Future[None] = loop.create_future()
         pending.append(fut)
-        rt.cells[uid] = Tombstone(rt, uid, why)
+        stone = rt.cells[uid] = Tombstone(rt, uid, why, draining=behavior)
         stop_owned(rt, uid)  # a mesh never outlives its owner: its meshes stop first
 
-        def finish(b: Any = behavior, f: asyncio.Future[None] = fut) -> Any:
+        def finish(b: Any = behavior, f: asyncio.Future[None] = fut,
+                   t: Tombstone = stone) -> Any:
             def done() -> None:
                 loop.call_soon_threadsafe(_settle, f)
 
             result = b.cleanup(None)
             if asyncio.iscoroutine(result):
-                return _then(result, lambda: _released(b, done))
-            b.release()
-            done()
+                return _then(result, lambda: _released(b, t, done))
+            _released(b, t, done)
             return None
 
         cell.control(finish)

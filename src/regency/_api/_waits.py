@@ -204,7 +204,7 @@ def _node(ctx: MessageContext) -> Node:
 def _forward(rt: Runtime, ctx: MessageContext, node: Node, call: Any, hops: tuple[Hop, ...],
              steps: tuple[str, ...]) -> None:
     """Send a probe for each member ``call`` (waited on by ``ctx``'s handler) still owes."""
-    port = (rt.contact, call.port_id)
+    port = (call.contact, call.port_id)  # as the call carries it
     hops = (*hops, (node, rt.contact, port))
     step = f"{_who(ctx)} waits for {call.label}"
     expected = call.expected
@@ -268,7 +268,7 @@ def on_cycle(rt: Runtime, msg: WaitCycle) -> None:
     contact, port_id = msg.call_port
     for handler in (behavior.current, *behavior.bodies.values()):
         for call in list(handler.waits) if handler is not None else ():
-            if call.port_id == port_id and contact == rt.contact:
+            if call.port_id == port_id and contact == call.contact:
                 call.fail(RuntimeError(_report(call.label, msg.steps)))
 
 
