@@ -56,7 +56,7 @@ class ActorError(RegencyError):
         self.exception = exception
         self.message = message
         self.exception_formatted = exception_formatted
-        super().__init__(exception, message, exception_formatted)
+        super().__init__(exception, message)  # Monarch's ``args``: (exception, message)
 
     def __str__(self) -> str:
         tb = self.exception_formatted

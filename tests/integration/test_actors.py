@@ -170,6 +170,8 @@ def test_non_endpoint_method_explains_itself(counters) -> None:
         counters.helper.call()
     with pytest.raises(RuntimeError, match="endpoint"):
         counters.helper()
+    with pytest.raises(AttributeError, match="not annotated as an endpoint"):  # Monarch's type
+        counters.helper.call()
 
 
 # -- actors calling actors ---------------------------------------------------------------------

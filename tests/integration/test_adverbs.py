@@ -93,6 +93,17 @@ def test_broadcast_effect_is_observable_afterwards(procs) -> None:
     assert list(mesh.value.call().get(timeout=T).values()) == [6] * 4
 
 
+def test_choose_tells_the_member_its_point_in_the_whole_mesh(counters) -> None:
+    # Monarch's: the chosen actor's current_rank() is its own point, its size the mesh's
+    for _ in range(8):
+        me = counters.whoami.choose().get(timeout=T)
+        assert me["current_rank"] == me["actor_rank"]
+        assert me["current_size"] == {"hosts": 2, "gpus": 2}
+    me = counters.slice(hosts=1).whoami.choose().get(timeout=T)
+    assert me["current_size"] == {"gpus": 2}  # the whole of the mesh it was called on
+    assert me["current_rank"] == {"gpus": me["actor_rank"]["gpus"]}
+
+
 def test_send_with_port_and_choose(counters) -> None:
     port, recv = Channel.open()
     send(counters.echo, ("sent",), {}, port=port)
@@ -114,6 +125,14 @@ def test_accumulator(counters) -> None:
     assert acc.accumulate(1).get(timeout=T) == 104
     strings = Accumulator(counters.whoami, (), lambda a, r: (*a, r["actor_rank_rank"]))
     assert sorted(strings.accumulate().get(timeout=T)) == [0, 1, 2, 3]
+
+
+def test_accumulator_whose_reducer_raises_fails_with_that_error(counters) -> None:
+    def reducer(acc: int, reply: int) -> int:
+        raise ZeroDivisionError("reducer failed")
+
+    with pytest.raises(ZeroDivisionError, match="reducer failed"):  # Monarch's: not a hang
+        Accumulator(counters.echo, 0, reducer).accumulate(1).get(timeout=T)
 
 
 # -- Future ------------------------------------------------------------------------------------

@@ -72,7 +72,7 @@ def test_extent_is_immutable() -> None:
 @pytest.mark.parametrize(
     ("labels", "sizes", "error", "message"),
     [
-        (["a", "b"], [2], ValueError, "got 2 labels ('a', 'b') but 1 sizes (2,)"),
+        (["a", "b"], [2], ValueError, "label/sizes dimension mismatch: 2 != 1 (got 2 labels"),
         (["a", "a"], [2, 3], ValueError, "duplicate dimension label 'a'"),
         ([""], [2], ValueError, "labels[0] must be a non-empty string"),
         ([1], [2], TypeError, "labels[0] must be a str, not int"),
@@ -138,8 +138,17 @@ def test_point_zero_dim() -> None:
 
 @pytest.mark.parametrize("rank", [-1, 6, 100])
 def test_point_rank_out_of_range(rank: int) -> None:
-    with pytest.raises(IndexError, match=re.escape(f"rank {rank} out of range for extent")):
+    with pytest.raises(IndexError, match=re.escape(f"rank {rank} out of range")):
         Point(rank, Extent(["a", "b"], [2, 3]))
+    with pytest.raises(ValueError, match=re.escape(  # Monarch's type and words too
+            f"out of range: total ranks 6; does not contain rank {rank}")):
+        Point(rank, Extent(["a", "b"], [2, 3]))
+
+
+def test_str_of_a_shape_is_monarchs() -> None:
+    assert str(Shape.from_sizes(["h", "g"], [2, 3])) == "{h=2,g=3}"
+    assert str(Shape.unity()) == "{}"
+    assert repr(Shape.unity()).startswith("Shape(labels=()")  # repr keeps the slice
 
 
 def test_point_bad_arguments() -> None:
@@ -288,7 +297,8 @@ def test_shape_unity() -> None:
 
 
 def test_shape_validation() -> None:
-    with pytest.raises(ValueError, match=re.escape("Shape: got 1 labels ('a',) but 2 sizes")):
+    with pytest.raises(ValueError,
+                       match=re.escape("Shape: label/sizes dimension mismatch: 1 != 2")):
         Shape(("a",), Slice.new_row_major([2, 2]))
     with pytest.raises(TypeError, match="Shape needs a Slice, not tuple"):
         Shape(("a",), (0, (2,), (1,)))  # type: ignore[arg-type]
@@ -494,7 +504,8 @@ def test_split_errors() -> None:
     s = Shape.from_sizes(["host", "gpu"], [2, 8])
     with pytest.raises(ValueError, match="cannot infer the sizes of both 'tp' and 'cp'"):
         s.split(gpu=("tp", "cp"))
-    with pytest.raises(ValueError, match=re.escape("dimension 'gpu' of size 8 cannot be split")):
+    with pytest.raises(ValueError,
+                       match=re.escape("dimension 'gpu' of size 8 is not evenly divided")):
         s.split(gpu=("tp", "cp"), cp=3)
     with pytest.raises(ValueError, match=re.escape("with sizes (2, 2)")):
         s.split(gpu=("tp", "cp"), tp=2, cp=2)

@@ -74,6 +74,12 @@ class EndpointProperty:
         return inspect.Signature(params)
 
 
+class NotAnEndpointError(RuntimeError, AttributeError):
+    """A method that is not an endpoint was called through a mesh: a ``RuntimeError``, as
+    Monarch raises for calling it, and an ``AttributeError``, as Monarch raises for its
+    adverbs (``mesh.helper.call()``)."""
+
+
 class NotAnEndpoint:
     """A public method of a spawned mesh that is not an endpoint: calling it explains why."""
 
@@ -83,7 +89,7 @@ class NotAnEndpoint:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         cls = self._mesh._class_name
-        raise RuntimeError(
+        raise NotAnEndpointError(
             f"Actor {cls}.{self._name} is not annotated as an endpoint. To call it as one, "
             f"add a @endpoint decorator to it, or wrap it: as_endpoint(mesh.{self._name}).call(...)"
         )

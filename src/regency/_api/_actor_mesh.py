@@ -70,15 +70,14 @@ class ActorMesh(MeshTrait):
         return route
 
     def _member_route(self, local: int) -> Route:
-        """The route to one member (by local rank), keeping the dimensions; cached."""
+        """The route to one member (by local rank), written straight to it, whose message
+        names the whole mesh: the member's ``current_rank()`` is its point in this mesh, as
+        Monarch's ``choose`` gives it; cached."""
         self._check_generation()
         cache: dict[int, Route] = self.__dict__.setdefault("_members_", {})
         route = cache.get(local)
         if route is None:
-            shape = self._shape_
-            coords = shape.slice.coordinates(local)
-            one = shape.select(**{lab: slice(c, c + 1) for lab, c in zip(shape.labels, coords)})
-            route = cache[local] = Route(one, self._proc_addrs, self._tree)
+            route = cache[local] = Route.member(self._shape_, local, self._proc_addrs)
         return route
 
     def _install_endpoints(self) -> None:

@@ -457,7 +457,7 @@ def send(endpoint: Endpoint[Any], args: tuple[Any, ...], kwargs: dict[str, Any],
          port: Any = None, selection: str = "all") -> None:
     """Low-level send: to all members (or one, ``selection="choose"``); replies go to ``port``."""
     if selection not in ("all", "choose"):
-        raise ValueError(f"selection must be 'all' or 'choose', not {selection!r}")
+        raise ValueError(f"Invalid selection: {selection}: it must be 'all' or 'choose'")
     mesh = endpoint._mesh
     route = mesh._route
     if selection == "choose":
@@ -489,7 +489,11 @@ class Accumulator(Generic[R, A]):
                 if exc is not None:
                     result.set_exception(exc)
                     return
-                state["acc"] = self._combine(state["acc"], c.outcome())
+                try:
+                    state["acc"] = self._combine(state["acc"], c.outcome())
+                except Exception as reducer_error:  # the caller's get() raises it (Monarch)
+                    result.set_exception(reducer_error)
+                    return
                 state["left"] -= 1
                 if state["left"] == 0:
                     result.set_result(state["acc"])

@@ -27,6 +27,18 @@ class Route:
         self.tree = tree
         self.hops = self.addrs if tree is None else tree.next_hops(-1, self.cast, ())
 
+    @classmethod
+    def member(cls, shape: Shape, local: int, proc_addrs: tuple[str, ...]) -> Route:
+        """The route to the member at ``local`` of ``shape`` alone, with no tree (one hop),
+        whose cast header is the whole of ``shape``: the member computes its message rank
+        within it, not within a slice of one."""
+        coords = shape.slice.coordinates(local)
+        one = shape.select(**{lab: slice(c, c + 1) for lab, c in zip(shape.labels, coords)})
+        route = cls(one, proc_addrs, None)
+        s = shape.slice
+        route.cast = (shape.labels, s.offset, s.sizes, s.strides)
+        return route
+
     def current_hops(self, dead: dict[str, str]) -> list[str]:
         """``hops``, routing around relays known to be dead."""
         if self.tree is None or not dead:

@@ -8,15 +8,12 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
 from .._mesh import MeshTrait, Point, Shape
+from .._mesh._checks import OutOfRange
 
 __all__ = ["ValueMesh"]
 
 R = TypeVar("R")
 
-
-class OutOfRange(IndexError, ValueError):
-    """An index past a value mesh's end: an ``IndexError``, as a sequence's lookup raises,
-    and a ``ValueError``, as Monarch's ``ValueMesh.get`` raises."""
 
 
 class ValueMesh(MeshTrait, Generic[R]):

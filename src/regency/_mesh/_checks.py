@@ -78,9 +78,15 @@ def as_labels(values: Iterable[object], what: str = "labels") -> tuple[str, ...]
 def check_same_length(labels: tuple[str, ...], sizes: tuple[int, ...], what: str) -> None:
     """Raise ``ValueError`` unless there is exactly one size per label."""
     if len(labels) != len(sizes):
-        raise ValueError(
-            f"{what}: got {len(labels)} labels {labels!r} but {len(sizes)} sizes {sizes!r}"
+        raise ValueError(  # Monarch's words first
+            f"{what}: label/sizes dimension mismatch: {len(labels)} != {len(sizes)} (got "
+            f"{len(labels)} labels {labels!r} but {len(sizes)} sizes {sizes!r})"
         )
+
+
+class OutOfRange(IndexError, ValueError):
+    """An index past the end of a mesh's ranks or a value mesh's values: an ``IndexError``,
+    as a sequence's lookup raises, and a ``ValueError``, as Monarch raises."""
 
 
 class UnknownDimension(ValueError, TypeError):

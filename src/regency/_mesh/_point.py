@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import NoReturn
 
-from regency._mesh._checks import as_int, dimension_not_found
+from regency._mesh._checks import OutOfRange, as_int, dimension_not_found
 from regency._mesh._extent import Extent, _decode
 from regency._mesh._rowmajor import ravel, unravel
 
@@ -38,10 +38,9 @@ class Point(Mapping[str, int]):
             raise TypeError(f"extent must be an Extent, not {type(extent).__name__}")
         checked = as_int(rank, "rank")
         count = extent.nelements
-        if not 0 <= checked < count:
-            raise IndexError(
-                f"rank {checked} out of range for extent {extent} with {count} element(s)"
-            )
+        if not 0 <= checked < count:  # Monarch's words first
+            raise OutOfRange(f"rank {checked} out of range: total ranks {count}; does not "
+                             f"contain rank {checked} (extent {extent})")
         object.__setattr__(self, "_rank", checked)
         object.__setattr__(self, "_extent", extent)
         object.__setattr__(self, "_coords", unravel(checked, extent.sizes))

@@ -47,6 +47,10 @@ class Shape:
         object.__setattr__(self, "labels", labels)
         object.__setattr__(self, "_extent", Extent(labels, self.slice.sizes))
 
+    def __str__(self) -> str:
+        """Monarch's form: ``{host=2,gpu=4}`` (``repr`` keeps the slice)."""
+        return "{" + ",".join(f"{lab}={n}" for lab, n in zip(self.labels, self.slice.sizes)) + "}"
+
     @classmethod
     def unity(cls) -> Shape:
         """Return the 0-dim shape of the single global rank 0."""

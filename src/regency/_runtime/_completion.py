@@ -8,6 +8,7 @@ does not consume the result.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from typing import Any, Final, Protocol
 
 from .._transport._checkpoint import MAIN_ID, SLICE_S, checkpoint
 
+_log = logging.getLogger("regency")
 _PENDING: Final = object()
 _FINISH: Final = threading.Lock()  # finishing is check-then-set, and so is adding a callback
 
@@ -84,7 +86,10 @@ class Completion:
         if waker is not None:
             waker.wake()
         for cb in callbacks or ():
-            cb(self)
+            try:
+                cb(self)
+            except Exception:  # one broken callback must not cost the others, or the
+                _log.exception("regency: error in a completion callback")  # completer
         return True
 
     def wait(self, timeout: float | None = None) -> bool:
