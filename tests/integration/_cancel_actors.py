@@ -4,13 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import threading
 import time
 from typing import Any
+
+from _borrow_actors import _gate  # per process: shared by the actors of one proc
 
 from regency.actor import Actor, concurrent_endpoint, context, endpoint
 
 _LOG: list[str] = []  # per process: what the actors of one proc did, in order
+
+
+async def _nap(tag: str, seconds: float) -> str:
+    """Sleep, logging the start, a cancellation and the end."""
+    _LOG.append(f"{tag} started")
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        _LOG.append(f"{tag} cancelled")
+        raise
+    finally:
+        _LOG.append(f"{tag} ended")
+    return tag
 
 
 class Sleeper(Actor):
@@ -18,15 +32,7 @@ class Sleeper(Actor):
 
     @endpoint
     async def nap(self, tag: str, seconds: float = 300.0) -> str:
-        _LOG.append(f"{tag} started")
-        try:
-            await asyncio.sleep(seconds)
-        except asyncio.CancelledError:
-            _LOG.append(f"{tag} cancelled")
-            raise
-        finally:
-            _LOG.append(f"{tag} ended")
-        return tag
+        return await _nap(tag, seconds)
 
     @endpoint
     async def stubborn(self, tag: str) -> str:
@@ -50,13 +56,7 @@ class Sleeper(Actor):
 
     @concurrent_endpoint
     async def body(self, tag: str) -> str:
-        _LOG.append(f"{tag} started")
-        try:
-            await asyncio.sleep(300)
-        except asyncio.CancelledError:
-            _LOG.append(f"{tag} cancelled")
-            raise
-        return tag
+        return await _nap(tag, 300.0)
 
     @endpoint
     async def record(self, tag: str) -> str:
@@ -90,13 +90,6 @@ class Sleeper(Actor):
         except concurrent.futures.CancelledError:
             return "cancelled"
         return "answered"
-
-
-_GATES: dict[str, threading.Event] = {}  # per process: shared by the actors of one proc
-
-
-def _gate(name: str) -> threading.Event:
-    return _GATES.setdefault(name, threading.Event())
 
 
 class Blocker(Actor):
