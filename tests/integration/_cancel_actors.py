@@ -74,6 +74,10 @@ class Sleeper(Actor):
         return tag
 
     @endpoint
+    async def raise_cancelled(self) -> None:
+        raise asyncio.CancelledError("raised by the endpoint itself")
+
+    @endpoint
     async def cancel_peers_nap(self, peer: Any, watcher: Any, tag: str) -> str:
         """Call ``peer.nap``, cancel it once it runs (``watcher``, an ``Opener`` of its
         proc, tells), and say what the await raised."""

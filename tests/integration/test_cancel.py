@@ -6,6 +6,7 @@ runs to its end; the actor goes on with its next message."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -206,6 +207,15 @@ def test_a_task_shared_with_a_cancelled_call_fails_the_next_call_not_the_actor(
         sharer.shared.call_one("m2").get(timeout=T)
     assert isinstance(info.value.exception, asyncio.CancelledError)
     assert sharer.record.call_one("m3").get(timeout=T) == "m3"
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="3.10 keeps no count of cancels")
+def test_a_cancelled_error_nobody_asked_for_fails_the_call_not_the_actor(procs: Any) -> None:
+    raiser = procs.slice(gpus=0).spawn("raiser", Sleeper)
+    with pytest.raises(ActorError) as info:
+        raiser.raise_cancelled.call_one().get(timeout=T)
+    assert isinstance(info.value.exception, asyncio.CancelledError)
+    assert raiser.record.call_one("r1").get(timeout=T) == "r1"
 
 
 def test_a_cancel_reaches_a_call_of_an_actor_being_stopped(procs: Any, watch: Any) -> None:
