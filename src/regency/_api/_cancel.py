@@ -5,18 +5,19 @@ completes at once with ``concurrent.futures.CancelledError``, its reply port clo
 that still comes is dropped), and a ``CancelCall`` goes to each member that has not answered.
 A member's runtime, on its loop thread, then stops the call as far as Python allows:
 
-* a call still in the actor's mailbox is skipped when its turn comes (its port goes into the
-  behavior's ``cancelled``, a bounded set: a port that never comes costs one slot); one
-  held for an actor not spawned there yet is dropped;
+* a call still in the actor's mailbox (or in a stopped actor's, still draining) is skipped
+  when its turn comes (its port goes into the behavior's ``cancelled``, a bounded set: a
+  port that never comes costs one slot); one held for an actor not spawned there yet is
+  dropped;
 * an async endpoint running it (the serial handler, or a ``@concurrent_endpoint`` body) gets
   ``asyncio.CancelledError`` at its ``await``; its ``except``/``finally`` blocks run, and the
   actor takes its next message;
-* a sync endpoint running it cannot be interrupted: it runs to its end and its reply is
-  dropped.
+* a sync endpoint running it cannot be interrupted: it runs to its end (``context().
+  cancelled`` tells it) and its reply is dropped.
 
 Futures that are not of one call (``completed``, ``stop()``, a stream's, the tensor
 engine's) are not cancelled: ``cancel()`` returns False, as it does for a future done
-already.
+otherwise than by ``cancel()``.
 """
 
 from __future__ import annotations
