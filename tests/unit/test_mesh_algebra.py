@@ -22,8 +22,10 @@ def grid(*sizes: int, labels: str = "abcd") -> Shape:
 def test_extent_is_an_ordered_mapping() -> None:
     e = Extent(["a", "b"], [2, 3])
     assert isinstance(e, Mapping)
-    assert e.labels == ("a", "b")
-    assert e.sizes == (2, 3)
+    assert e.labels == ["a", "b"]  # lists, as Monarch's
+    assert e.sizes == [2, 3]
+    e.labels.append("c")  # a copy: the extent does not change
+    assert e.labels == ["a", "b"]
     assert e.nelements == 6
     assert e["b"] == 3
     assert list(e) == ["a", "b"]

@@ -430,7 +430,7 @@ class HostMesh(MeshTrait):
         rt = runtime()
         uid = f"{name}-{_token()}"
         shape = Shape.from_sizes(self._shape_.labels + tuple(per_host),
-                                 self._shape_.extent.sizes + tuple(per_host.values()))
+                                 tuple(self._shape_.extent.sizes) + tuple(per_host.values()))
         n_local = 1
         for size in per_host.values():
             n_local *= size

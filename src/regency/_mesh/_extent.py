@@ -51,14 +51,14 @@ class Extent(Mapping[str, int]):
         object.__setattr__(self, "_sizes", checked_sizes)
 
     @property
-    def labels(self) -> tuple[str, ...]:
-        """The dimension labels, outermost first."""
-        return self._labels
+    def labels(self) -> list[str]:
+        """The dimension labels, outermost first (a new list, as Monarch's)."""
+        return list(self._labels)
 
     @property
-    def sizes(self) -> tuple[int, ...]:
-        """The dimension sizes, in label order."""
-        return self._sizes
+    def sizes(self) -> list[int]:
+        """The dimension sizes, in label order (a new list, as Monarch's)."""
+        return list(self._sizes)
 
     @property
     def region(self) -> Shape:

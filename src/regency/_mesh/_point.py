@@ -96,12 +96,12 @@ class Point(Mapping[str, int]):
 
     def __getitem__(self, label: str) -> int:
         try:
-            return self._coords[self._extent.labels.index(label)]
+            return self._coords[self._extent._labels.index(label)]
         except ValueError:
-            raise dimension_not_found(label, self._extent.labels) from None
+            raise dimension_not_found(label, self._extent._labels) from None
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._extent.labels)
+        return iter(self._extent._labels)
 
     def __len__(self) -> int:
         return len(self._coords)
@@ -118,7 +118,7 @@ class Point(Mapping[str, int]):
         return hash((Point, self._rank, self._extent))
 
     def __repr__(self) -> str:
-        parts = zip(self._extent.labels, self._coords, self._extent.sizes, strict=True)
+        parts = zip(self._extent._labels, self._coords, self._extent._sizes, strict=True)
         return "{" + ", ".join(f"{label!r}: {c}/{n}" for label, c, n in parts) + "}"
 
     def __reduce__(self) -> tuple[type[Point], tuple[int, Extent]]:

@@ -96,7 +96,7 @@ class MeshTrait:
         total = 1
         for label in dims:
             if label not in extent:
-                raise KeyError(str(unknown_dimension(label, extent.labels)))
+                raise KeyError(str(unknown_dimension(label, tuple(extent.labels))))
             total *= extent[label]
         return total
 
