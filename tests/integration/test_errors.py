@@ -105,6 +105,20 @@ def test_calling_a_non_endpoint_method(procs) -> None:
         mesh.slice(gpus=0).helper.call_one()
 
 
+def test_a_fault_handling_a_reply_fails_the_call_instead_of_leaving_it_pending(
+        counters, monkeypatch) -> None:
+    from regency._api import _endpoint
+
+    def broken(self, rank, value) -> None:
+        raise TypeError("a fault of regency's own")
+
+    if not _endpoint.__file__.endswith(".py"):  # compiled code calls its own method
+        pytest.skip("the compiled collector cannot be patched (the pure-Python pass runs it)")
+    monkeypatch.setattr(_endpoint._One, "value", broken)
+    with pytest.raises(RuntimeError, match="could not handle the reply: TypeError: a fault"):
+        counters.slice(gpus=0).echo.call_one(1).get(timeout=T)
+
+
 def test_call_one_on_a_mesh_of_several_raises_at_call_time(counters) -> None:
     with pytest.raises(ValueError, match="exactly 1"):
         counters.value.call_one()  # no .get(): raised eagerly

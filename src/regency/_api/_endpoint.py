@@ -358,10 +358,14 @@ class _Collector(ReplyReader):
                 self.got = {rank}
             else:
                 got.add(rank)
-        if status == m.OK:
-            self.value(rank, value)
-        else:
-            self.fail(to_exception(status, value))
+        try:
+            if status == m.OK:
+                self.value(rank, value)
+            else:
+                self.fail(to_exception(status, value))
+        except Exception as exc:  # a fault of ours must fail the call, not leave it pending
+            self.fail(RuntimeError(f"{self.label}: regency could not handle the reply: "
+                                   f"{type(exc).__name__}: {exc}"))
 
     def pending_text(self) -> str:
         return f"{self.label} on ranks {sorted(self.expected)}"
