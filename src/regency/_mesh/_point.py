@@ -43,7 +43,7 @@ class Point(Mapping[str, int]):
                              f"contain rank {checked} (extent {extent})")
         object.__setattr__(self, "_rank", checked)
         object.__setattr__(self, "_extent", extent)
-        object.__setattr__(self, "_coords", unravel(checked, extent.sizes))
+        object.__setattr__(self, "_coords", unravel(checked, extent._sizes))
 
     @classmethod
     def from_coords(cls, coords: Mapping[str, int], extent: Extent) -> Point:
@@ -67,7 +67,7 @@ class Point(Mapping[str, int]):
                     f"coordinate {coord} out of range for dimension {label!r} of size {size}"
                 )
             values.append(coord)
-        return cls(ravel(values, extent.sizes), extent)
+        return cls(ravel(values, extent._sizes), extent)
 
     @property
     def rank(self) -> int:
