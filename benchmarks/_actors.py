@@ -38,6 +38,11 @@ class SyncPinger(Actor):
     def pid(self) -> int:
         return os.getpid()
 
+    @endpoint
+    def say(self, x: Any) -> Any:
+        print(f"said {x}")
+        return x
+
 
 class AsyncPinger(Actor):
     """Async actor: the same endpoints as ``async def``."""

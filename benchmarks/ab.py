@@ -14,8 +14,9 @@ A variant is ``NAME=SRC[:ENV=VALUE,...]``: the ``src`` directory to import regen
 (another checkout, built or not) and environment settings. Workloads: ``sync`` (a loop of
 ``call_one(1).get()``), ``pipelined`` (rounds of ``call_one`` then the ``get``s),
 ``async`` (``sync``'s loop to an async actor), ``beside`` (the same, with an idle sync
-actor in the async actor's proc) and ``actors`` (an async actor's loop of awaited calls to
-an async actor of another proc).
+actor in the async actor's proc), ``actors`` (an async actor's loop of awaited calls to
+an async actor of another proc), and ``printing``, ``printing_pipelined`` (``sync`` and
+``pipelined`` to an endpoint that prints a line each call).
 Reported per call: wall time, the controller's CPU and the procs' CPU.
 """
 
@@ -51,8 +52,9 @@ elif workload == "async":
     mesh = procs.spawn("ab", AsyncPinger)
 else:
     mesh = procs.spawn("ab", SyncPinger)
+ping = mesh.say if workload.startswith("printing") else mesh.ping
 for _ in range(2000):
-    mesh.ping.call_one(1).get()
+    ping.call_one(1).get()
 if workload == "actors":
     caller.call_seq.call_one(mesh, 2000).get()
 kids = psutil.Process().children(recursive=True)
@@ -62,11 +64,11 @@ cpu0, kids0, t0 = time.process_time(), kid_cpu(), time.perf_counter()
 for _ in range(rounds):
     if workload == "actors":
         caller.call_seq.call_one(mesh, calls).get()
-    elif workload != "pipelined":
+    elif not workload.endswith("pipelined"):
         for _ in range(calls):
-            mesh.ping.call_one(1).get()
+            ping.call_one(1).get()
     else:
-        futures = [mesh.ping.call_one(i) for i in range(calls)]
+        futures = [ping.call_one(i) for i in range(calls)]
         for f in futures:
             f.get()
 n = calls * rounds
@@ -107,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variant", action="append", type=_variant, required=True,
                         help="NAME=SRC[:ENV=VALUE,...]; give two or more")
     parser.add_argument("--workload", default="sync",
-                        choices=("sync", "pipelined", "async", "beside", "actors"))
+                        choices=("sync", "pipelined", "async", "beside", "actors",
+                                 "printing", "printing_pipelined"))
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--calls", type=int, default=2000, help="calls per round")
     parser.add_argument("--rounds", type=int, default=20)

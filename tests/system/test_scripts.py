@@ -232,9 +232,9 @@ talker = procs.spawn("talker", Talker)
 print("T0 begins", end="", flush=True)
 talker.say.call_one("from the proc").get(timeout=20)
 deadline = time.monotonic() + 20
-while not sys.stdout._held and time.monotonic() < deadline:  # the agent read the proc's line
+while not sys.stdout.terminal.held and time.monotonic() < deadline:  # the proc line is held
     time.sleep(0.01)
-held = bool(sys.stdout._held)
+held = bool(sys.stdout.terminal.held)
 print(" and ends", flush=True)
 print("HELD", held, flush=True)
 procs.stop().get(timeout=20)

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import Iterator
 
 import pytest
 
-from regency._runtime._host_agent import HostAgent
+from regency._runtime._host_agent import HostAgent, ProcRecord, open_pipes
 from regency._runtime._runtime import Runtime
 from regency._wire import new_secret
 
@@ -65,3 +66,11 @@ def test_a_task_that_ends_well_or_is_cancelled_logs_nothing(
     with caplog.at_level(logging.ERROR, logger="regency.host"):
         agent.rt.loop.run_until_complete(main())
     assert not [r for r in caplog.records if r.name == "regency.host"]
+
+
+def test_a_procs_stderr_lines_stay_on_stderr_after_its_stdout_closed() -> None:
+    rec = ProcRecord("unix:@p", "p 0", "unix:@owner", "mesh", 0)
+    rec.pipes, rec.pipes_at_start = [7, 8], (7, 8)
+    assert open_pipes(rec) == [(7, sys.stdout), (8, sys.stderr)]
+    rec.pipes.remove(7)  # the proc closed its stdout: the agent read its end
+    assert open_pipes(rec) == [(8, sys.stderr)]  # was paired with stdout by position

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -136,3 +137,36 @@ def test_install_wraps_once_and_delegates(monkeypatch: pytest.MonkeyPatch) -> No
     assert guard.getvalue() == ""  # anything else goes to the wrapped stream
     assert _output.guard("stdout") is guard
     assert _output.guard("stderr") is sys.stderr
+
+
+def test_stdout_and_stderr_to_one_file_share_their_open_line(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``2>&1`` or a terminal: a line forwarded to stdout waits for the end of the line the
+    script is writing to stderr, and the other way round."""
+    with open(tmp_path / "both", "w") as out, open(tmp_path / "both", "a") as err:
+        monkeypatch.setattr(sys, "stdout", out)
+        monkeypatch.setattr(sys, "stderr", err)
+        _output.install()
+        assert isinstance(sys.stdout, LineGuard) and isinstance(sys.stderr, LineGuard)
+        assert sys.stdout.terminal is sys.stderr.terminal
+        buffer = io.StringIO()  # both streams write here from now on, as to one terminal
+        sys.stdout.wrapped = sys.stderr.wrapped = buffer
+        print("result", end="", file=sys.stderr)
+        on_another_thread(lambda: write_lines("p 0", "stdout", ["inside"]))
+        print(" 3", file=sys.stderr)
+        print("next", end="")
+        on_another_thread(lambda: write_lines("p 1", "stderr", ["warning"]))
+        print("")
+        assert buffer.getvalue() == "result 3\n[p 0] inside\nnext\n[p 1] warning\n"
+
+
+def test_stdout_and_stderr_to_two_files_keep_a_guard_each(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
+        monkeypatch.setattr(sys, "stdout", out)
+        monkeypatch.setattr(sys, "stderr", err)
+        _output.install()
+        assert isinstance(sys.stdout, LineGuard) and isinstance(sys.stderr, LineGuard)
+        assert sys.stdout.terminal is not sys.stderr.terminal
+        monkeypatch.setattr(sys, "stdout", io.StringIO())  # before the files close
+        monkeypatch.setattr(sys, "stderr", io.StringIO())

@@ -24,7 +24,7 @@ from .. import config
 from .._debug import _rank as _debug_rank
 from .._debug._dumps import arm as arm_stack_dumps
 from .._mesh import Point, Shape
-from .._runtime import _current
+from .._runtime import _current, _output_fence
 from .._runtime._host_agent import AGENT_LOST_EXIT
 from .._runtime._loop_spin import LoopSpin
 from .._runtime._runtime import Runtime
@@ -61,6 +61,7 @@ def run_proc(spec: dict[str, Any]) -> int:
     rt.proc_uid = spec["mesh_uid"]
     rt.proc_rank = spec["rank"]
     _dispatch.install(rt)
+    _output_fence.install(rt)  # a reply waits for the lines printed before it
     _debug_rank.install()  # breakpoint() pauses this rank; the console is at the controller
     arm_stack_dumps()  # its host agent can read every thread's stack, whatever it is doing
     for fd in spec.get("extra_fds", [])[:1]:
@@ -150,6 +151,8 @@ async def _stop(rt: Runtime, stop: asyncio.Event) -> None:
     _finalize()
     sys.stdout.flush()
     sys.stderr.flush()
+    if rt.output_fence is not None:
+        await rt.output_fence.settle()
     await rt.router.aclose()
     stop.set()
 
@@ -162,5 +165,7 @@ async def _terminated(rt: Runtime) -> None:
     rt.stopping = True
     await stop_cells(rt, float(config.get("cleanup_timeout")) + 1.0,
                      "the proc is stopping: it received SIGTERM")
+    if rt.output_fence is not None:
+        await rt.output_fence.settle()
     await rt.router.aclose()
     _terminate.die_by_sigterm()

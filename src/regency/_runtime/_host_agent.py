@@ -45,6 +45,7 @@ from .._wire._messages import (
     StopProcs,
 )
 from . import _aggregate, _output, _proclog
+from ._output_fence import OutputFence, OutputFenceAck
 from ._runtime import Runtime
 
 log = logging.getLogger("regency.host")
@@ -69,8 +70,16 @@ class ProcRecord:
     stopping: bool = False
     ended_by: str = ""  # why this host stopped it on its own (its worker's SIGTERM)
     tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=200))
-    pipes: list[int] = field(default_factory=list)
+    pipes: list[int] = field(default_factory=list)  # stdout's and stderr's, while open
+    pipes_at_start: tuple[int, ...] = ()
     partial: dict[int, bytes] = field(default_factory=dict)
+
+
+def open_pipes(rec: ProcRecord) -> list[tuple[int, TextIO]]:
+    """The proc's pipes still open, each with the stream its lines go to (the first is
+    stdout's: it may close before stderr's)."""
+    out_fd = rec.pipes_at_start[0] if rec.pipes_at_start else -1
+    return [(fd, sys.stdout if fd == out_fd else sys.stderr) for fd in rec.pipes]
 
 
 def write_lines(label: str, kind: str, lines: list[str]) -> None:
@@ -215,6 +224,7 @@ class HostAgent:
         runtime.handle(ProcReady, self._on_proc_ready)
         runtime.handle(StopProcs, self._on_stop_procs)
         runtime.handle(Resolve, self._on_resolve)
+        runtime.handle(OutputFence, self._on_output_fence)
         self.advertise_host = ""  # set on workers: procs listen on tcp at this host
         self.forward_to = ""  # set on workers: the controller that gets the procs' output
         self._resolving: dict[str, list[PortRef]] = {}
@@ -315,6 +325,7 @@ class HostAgent:
         self.by_token[self._tokens] = rec
         self.procs[rec.addr] = rec
         rec.pipes = [out_r, err_r]
+        rec.pipes_at_start = (out_r, err_r)
         status_fd = _status_page(rec)
         for fd, stream in ((out_r, sys.stdout), (err_r, sys.stderr)):
             os.set_blocking(fd, False)
@@ -383,27 +394,28 @@ class HostAgent:
         rec = self.procs.get(addr)
         if rec is None:
             return []
-        for fd, stream in list(zip(rec.pipes, (sys.stdout, sys.stderr))):
+        for fd, stream in open_pipes(rec):
             self._on_output(rec, fd, stream)  # pick up lines still in the pipe
         n = int(config.get("tail_log_lines"))
         return list(rec.tail)[-n:] if n else []
 
     # -- output ----------------------------------------------------------------------------
     def _on_output(self, rec: ProcRecord, fd: int, stream: TextIO) -> None:
-        try:
-            data = os.read(fd, 1 << 16)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if not data:
-            self._close_pipe(rec, fd, stream)
-            return
-        data = rec.partial.pop(fd, b"") + data
-        *lines, rest = data.split(b"\n")
-        if rest:
-            rec.partial[fd] = rest
-        self._emit(rec, lines, stream)
+        with _output.held():  # read and written before the script's next line (_output_fence)
+            try:
+                data = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._close_pipe(rec, fd, stream)
+                return
+            data = rec.partial.pop(fd, b"") + data
+            *lines, rest = data.split(b"\n")
+            if rest:
+                rec.partial[fd] = rest
+            self._emit(rec, lines, stream)
 
     def _emit(self, rec: ProcRecord, lines: list[bytes], stream: TextIO) -> None:
         if not lines:
@@ -421,6 +433,21 @@ class HostAgent:
             self.rt.send_sys(self.forward_to, ProcOutput(rec.label, kind, text, rec.addr))
             return
         write_lines(rec.label, kind, text)
+
+    def _on_output_fence(self, msg: OutputFence) -> None:
+        """A proc holds a reply until what it printed before it is out (``_output_fence``):
+        read its pipes dry and pass their lines on; then answer, or, on a worker that
+        forwards them, pass the fence on behind them so that the controller answers once it
+        has written them. A fence for a proc not ours came from a worker: the lines it
+        forwarded before it are written by now."""
+        rec = self.procs.get(msg.proc)
+        if rec is not None:
+            for fd, stream in open_pipes(rec):
+                self._read_rest(rec, fd, stream)
+            if self.forward_to and config.get("enable_log_forwarding"):
+                self.rt.send_sys(self.forward_to, msg)
+                return
+        self.rt.send_sys(msg.proc, OutputFenceAck(msg.token))
 
     def _close_pipe(self, rec: ProcRecord, fd: int, stream: TextIO) -> None:
         self.rt.loop.remove_reader(fd)
@@ -447,7 +474,7 @@ class HostAgent:
         self.procs.pop(rec.addr, None)
         for port in self._resolving.pop(rec.addr, []):
             self.rt.send_reply(port, None, RAW_ERROR, f"{rec.addr}: the proc {cause}")
-        for fd, stream in list(zip(rec.pipes, (sys.stdout, sys.stderr))):
+        for fd, stream in open_pipes(rec):
             self._read_rest(rec, fd, stream)
         _proclog.close(rec.addr)
         for hook in self.exit_hooks:

@@ -18,34 +18,75 @@ to that stream as before, in one write.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any, TextIO
 
 #: Seconds a line the script leaves open may hold back forwarded output.
 HOLD_S = 1.0
 
 
+class Terminal:
+    """Where one or more guarded streams end up: the lock their writes take, and the
+    forwarded text held back while a line of any of them is open. ``sys.stdout`` and
+    ``sys.stderr`` share one when they are the same file (a terminal, or ``2>&1``): a line
+    forwarded to either then never lands inside a line the script writes to the other."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()  # re-entered by a signal handler that prints
+        self.guards: list[LineGuard] = []
+        self.held: list[tuple[LineGuard, str]] = []  # forwarded, in order, for each stream
+        self.held_since = 0.0
+
+    def line_open(self) -> bool:
+        """Whether the script has part of a line written to any of the streams (lock held)."""
+        return any(g.line_open for g in self.guards)
+
+    def end_lines(self) -> None:
+        """End the script's open lines (lock held)."""
+        for g in self.guards:
+            if g.line_open:
+                g.wrapped.write("\n")
+                g.line_open = False
+
+    def release(self) -> None:
+        """Write the held text, each to its stream (lock held)."""
+        held, self.held = self.held, []
+        for g, text in held:
+            g.wrapped.write(text)
+        for g in {id(g): g for g, _ in held}.values():
+            g.wrapped.flush()
+
+
 class LineGuard:
     """Stands in for a text stream; knows whether the last write through it ended a line."""
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, terminal: Terminal | None = None) -> None:
         self.wrapped = stream
-        self._lock = threading.RLock()  # re-entered by a signal handler that prints
-        self._open = False  # the script has written part of a line and not its end
-        self._held: list[str] = []  # forwarded text waiting for the end of that line
-        self._held_since = 0.0
+        self.terminal = terminal if terminal is not None else Terminal()
+        self.terminal.guards.append(self)
+        self.line_open = False  # the script has written part of a line and not its end
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The lock every write through this guard takes."""
+        return self.terminal.lock
 
     # -- the script's side: what ``print`` and friends call --------------------------------
     def write(self, text: str) -> int:
         """Write ``text`` for the script; forwarded text held back follows a line's end."""
-        with self._lock:
+        term = self.terminal
+        with term.lock:
             n = self.wrapped.write(text)
             if text:
-                self._open = not text.endswith("\n")
-                if self._held and not self._open:
-                    self._release()
+                self.line_open = not text.endswith("\n")
+                if term.held and not term.line_open():
+                    term.release()
             return n
 
     def writelines(self, lines: Any) -> None:
@@ -55,7 +96,7 @@ class LineGuard:
 
     def flush(self) -> None:
         """Flush the wrapped stream."""
-        with self._lock:
+        with self.terminal.lock:
             self.wrapped.flush()
 
     def __getattr__(self, name: str) -> Any:
@@ -66,11 +107,12 @@ class LineGuard:
         """Write ``text`` (whole lines) at a line boundary of the script's output; returns
         True when it is held until the script's open line ends (see
         :meth:`release_overdue`)."""
-        with self._lock:
-            if self._open:
-                if not self._held:
-                    self._held_since = time.monotonic()
-                self._held.append(text)
+        term = self.terminal
+        with term.lock:
+            if term.line_open():
+                if not term.held:
+                    term.held_since = time.monotonic()
+                term.held.append((self, text))
                 return True
             self.wrapped.write(text)
             self.wrapped.flush()
@@ -79,43 +121,49 @@ class LineGuard:
     def interject(self, text: str) -> None:
         """Write ``text`` now, whole; if the script has a line open, end that line first
         (for a report that must not wait)."""
-        with self._lock:
-            if self._open:
-                self.wrapped.write("\n")
-                self._open = False
-            self._held.append(text)
-            self._release()
+        term = self.terminal
+        with term.lock:
+            term.end_lines()
+            term.held.append((self, text))
+            term.release()
 
     def release_overdue(self) -> None:
         """Write held text if it has waited :data:`HOLD_S` (ending the open line first)."""
-        with self._lock:
-            if self._held and time.monotonic() - self._held_since >= HOLD_S * 0.999:
-                if self._open:
-                    self.wrapped.write("\n")
-                    self._open = False
-                self._release()
+        term = self.terminal
+        with term.lock:
+            if term.held and time.monotonic() - term.held_since >= HOLD_S * 0.999:
+                term.end_lines()
+                term.release()
 
     def release(self) -> None:
         """Write whatever is held, at once (at exit), ending the open line first."""
-        with self._lock:
-            if self._held:
-                if self._open:
-                    self.wrapped.write("\n")
-                    self._open = False
-                self._release()
+        term = self.terminal
+        with term.lock:
+            if term.held:
+                term.end_lines()
+                term.release()
 
-    def _release(self) -> None:
-        held, self._held = self._held, []
-        self.wrapped.write("".join(held))
-        self.wrapped.flush()
+
+def _same_file(a: TextIO, b: TextIO) -> bool:
+    try:
+        one, two = os.fstat(a.fileno()), os.fstat(b.fileno())
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return False
+    return (one.st_dev, one.st_ino) == (two.st_dev, two.st_ino)
 
 
 def install() -> None:
-    """Wrap ``sys.stdout`` and ``sys.stderr`` in a :class:`LineGuard` each (idempotent)."""
+    """Wrap ``sys.stdout`` and ``sys.stderr`` in a :class:`LineGuard` each (idempotent);
+    one :class:`Terminal` for both when they are the same file."""
+    out, err = sys.stdout, sys.stderr
+    shared = None
+    if (out is not None and err is not None and not isinstance(out, LineGuard)
+            and not isinstance(err, LineGuard) and _same_file(out, err)):
+        shared = Terminal()
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
         if stream is not None and not isinstance(stream, LineGuard):
-            setattr(sys, name, LineGuard(stream))
+            setattr(sys, name, LineGuard(stream, shared))
 
 
 def guard(kind: str) -> LineGuard | None:
@@ -135,6 +183,20 @@ def write_whole(kind: str, text: str) -> bool:
         stream.write(text)
         stream.flush()
     return False
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """Hold the locks of ``sys.stdout`` and ``sys.stderr`` (their guards'): the script's
+    writes wait meanwhile. The host agent reads a proc's pipe and writes its lines inside:
+    a proc that saw its pipe read (``_output_fence``) knows the lines come before any
+    line the script writes after that."""
+    with contextlib.ExitStack() as stack:
+        for kind in ("stdout", "stderr"):  # always in this order
+            g = guard(kind)
+            if g is not None:
+                stack.enter_context(g.lock)
+        yield
 
 
 def release_all() -> None:

@@ -61,6 +61,7 @@ if TYPE_CHECKING:
 
     from .._supervision import Verdicts
     from ._host_agent import HostAgent
+    from ._output_fence import Fence
 
 log = logging.getLogger("regency.runtime")
 _rate_log = RateLimitedLog(log)  # lines a peer can cause: a few per key per 10 s
@@ -155,6 +156,8 @@ class Runtime:
         # _loop_spin.LoopSpin in a proc (``loop_spin``): its loop polls a moment after each
         # frame it handles before it sleeps; None elsewhere
         self.loop_spin: Any = None
+        # _output_fence.Fence in a proc: replies wait for the lines printed before them
+        self.output_fence: Fence | None = None
 
     # -- threads ---------------------------------------------------------------------------
     def on_loop(self) -> bool:
@@ -247,8 +250,18 @@ class Runtime:
         """Send ``value`` to a port, from any thread."""
         data, buffers = dumps(value)
         frame = [encode_reply(port[1], rank, status), data, *buffers]
+        fence = self.output_fence
+        if (fence is not None and (fence.written != fence.drained or fence.waiting)
+                and fence.hold(port, frame)):
+            return  # it goes once the lines printed before it are out (_output_fence)
         if not self.lines.send(port[0], frame, False):  # no open connection: the general way
             self.post(port[0], frame)
+
+    def send_frame(self, addr: str, frame: Frame) -> None:
+        """Send an encoded frame to ``addr``, from any thread: an open connection's writer,
+        else the general way (:meth:`post`)."""
+        if not self.lines.send(addr, frame, False):
+            self.post(addr, frame)
 
     def send_sys(self, to: str, msg: SystemMessage) -> None:
         """Send a system message to the runtime at ``to``, from any thread."""

@@ -1,0 +1,145 @@
+"""What an endpoint prints shows before the result its caller prints (``_output_fence``).
+
+Whole controller programs, their stdout and stderr merged into one pipe the way a terminal
+shows them: procs of ``this_host()`` (their agent is the controller's) and procs of a real
+``regency worker`` on loopback TCP (their lines come through the worker's agent). Without
+the fence, most results overtook their lines (hundreds in 300 calls).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ACTORS = """
+import sys
+from regency.actor import Actor, endpoint, Port
+
+class Sync(Actor):
+    @endpoint
+    def say(self, i: int) -> int:
+        print(f"inside {i}")
+        return i
+
+    @endpoint(explicit_response_port=True)
+    def answer(self, port: Port[int], i: int) -> None:
+        print(f"port-inside {i}", file=sys.stderr)
+        port.send(i)
+
+class Async(Actor):
+    @endpoint
+    async def say(self, i: int) -> int:
+        print(f"async-inside {i}", file=sys.stderr)
+        return i
+
+def drive(procs, n):
+    sync, asyn = procs.spawn("sync", Sync), procs.spawn("async", Async)
+    one = sync.slice(gpus=0)
+    for i in range(n):
+        print(f"result {one.say.call_one(i).get()}")
+        print(f"async-result {asyn.slice(gpus=1).say.call_one(i).get()}")
+        print(f"port-result {one.answer.call_one(i).get()}", file=sys.stderr)
+    values = sync.say.call(n).get()
+    print(f"gathered {sorted(values.values())}")
+"""
+
+LOCAL = ACTORS + """
+from regency.actor import this_host
+procs = this_host().spawn_procs(per_host={"gpus": 2})
+drive(procs, int(sys.argv[1]))
+procs.stop().get()
+"""
+
+REMOTE = ACTORS + """
+from regency.actor import attach_to_workers
+hosts = attach_to_workers([sys.argv[2]])
+procs = hosts.spawn_procs(per_host={"gpus": 2})
+drive(procs, int(sys.argv[1]))
+hosts.shutdown()
+"""
+
+CALLS = 40
+
+
+def run_merged(tmp_path: Path, source: str, *args: str, env: dict[str, str]) -> str:
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(source))
+    proc = subprocess.Popen([sys.executable, str(script), *args], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        out, _ = proc.communicate()
+        raise AssertionError("the script timed out:\n" + out) from None
+    assert proc.returncode == 0, out
+    return out
+
+
+def out_of_order(out: str) -> list[str]:
+    """Results shown before the line their endpoint printed (or with no such line)."""
+    where: dict[tuple[str, int], int] = {}
+    for k, line in enumerate(out.splitlines()):
+        found = re.search(r"(async-|port-)?(inside|result) (\d+)$", line)
+        if found:
+            where[(f"{found.group(1) or ''}{found.group(2)}", int(found.group(3)))] = k
+    wrong = []
+    for (kind, i), k in where.items():
+        if kind.endswith("result") and where.get((kind[:-6] + "inside", i), k + 1) > k:
+            wrong.append(f"{kind} {i}")
+    return wrong
+
+
+def check(out: str) -> None:
+    assert len([ln for ln in out.splitlines() if re.search(r"result \d+$", ln)]) == 3 * CALLS
+    assert not out_of_order(out), out
+    lines = out.splitlines()
+    gathered = next(k for k, ln in enumerate(lines) if ln.startswith("gathered"))
+    both = [k for k, ln in enumerate(lines) if ln.endswith(f"inside {CALLS}")]
+    assert len(both) == 2 and max(both) < gathered, out  # every member's line first
+
+
+def test_lines_of_this_hosts_procs_come_before_the_results(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    check(run_merged(tmp_path, LOCAL, str(CALLS), env=env))
+
+
+def test_lines_of_a_worker_hosts_procs_come_before_the_results(tmp_path: Path) -> None:
+    env = {**os.environ, "REGENCY_SECRET": "output-order", "PYTHONUNBUFFERED": "1"}
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "regency", "worker", "--listen", "tcp://127.0.0.1:0",
+         "--advertise", "127.0.0.1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, env=env, start_new_session=True)
+    try:
+        assert worker.stdout is not None
+        seen = []
+        for line in worker.stdout:  # bounded by the test's timeout
+            seen.append(line)
+            if "regency worker listening on" in line:
+                break
+        else:
+            raise AssertionError("the worker exited:\n" + "".join(seen))
+        address = line.rsplit(" ", 1)[1].strip()
+        check(run_merged(tmp_path, REMOTE, str(CALLS), address, env=env))
+        assert worker.wait(timeout=30) == 0  # shutdown() made it exit
+    finally:
+        if worker.poll() is None:
+            os.killpg(worker.pid, 9)
+            worker.wait(timeout=30)
+
+
+@pytest.mark.parametrize("setting", ["REGENCY_ORDER_OUTPUT", "REGENCY_ENABLE_LOG_FORWARDING"])
+def test_ordering_can_be_turned_off_and_nothing_is_lost(tmp_path: Path, setting: str) -> None:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", setting: "0"}
+    out = run_merged(tmp_path, LOCAL, str(CALLS), env=env)
+    assert len([ln for ln in out.splitlines() if re.search(r"result \d+$", ln)]) == 3 * CALLS
+    if setting == "REGENCY_ORDER_OUTPUT":  # the lines are all there, in whatever order
+        assert len([ln for ln in out.splitlines() if re.search(r"inside \d+$", ln)]) \
+            == 3 * CALLS + 2
