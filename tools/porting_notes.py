@@ -21,7 +21,8 @@ NOTES: dict[str, tuple[str, str]] = {
     "monarch.actor:Context": (
         "better", "the same, and `cancelled` tells an endpoint its caller cancelled the call"),
     "monarch.actor:Future": (
-        "better", "the same, and `cancel()`/`cancelled()` take a call back (ADR 0036)"),
+        "better", "the same, and `cancel()`/`cancelled()` take a call back; a task "
+        "cancelled while it awaits one cancels the call (ADR 0036)"),
     "monarch:Shape": (
         "better", "regency's `Shape` (labels over a `Slice`), with Monarch's members too; "
         "`select` takes Monarch's `(label, slice)` or several dimensions as keywords"),

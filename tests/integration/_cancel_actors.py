@@ -78,6 +78,12 @@ class Sleeper(Actor):
         raise asyncio.CancelledError("raised by the endpoint itself")
 
     @endpoint
+    async def relay(self, peer: Any, tag: str) -> str:
+        """Await ``peer.nap``: cancelling this call cancels that one (asyncio's rule for
+        what a cancelled task awaits)."""
+        return await peer.nap.call_one(tag)
+
+    @endpoint
     async def cancel_peers_nap(self, peer: Any, watcher: Any, tag: str) -> str:
         """Call ``peer.nap``, cancel it once it runs (``watcher``, an ``Opener`` of its
         proc, tells), and say what the await raised."""

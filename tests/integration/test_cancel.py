@@ -167,6 +167,41 @@ def test_await_of_a_cancelled_call_raises_cancelled_error(sleeper: Any, watch: A
     until_logged(watch, "h1 cancelled")
 
 
+def test_cancelling_an_endpoint_cancels_the_call_it_awaits(procs: Any, sleeper: Any,
+                                                          watch: Any) -> None:
+    relay = procs.slice(gpus=1).spawn("relay", Sleeper)
+    fut = relay.relay.call_one(sleeper, "n1")
+    until_logged(watch, "n1 started")  # the nested call runs on the sleeper
+    assert fut.cancel()
+    until_logged(watch, "n1 cancelled")
+    assert relay.record.call_one("n2").get(timeout=T) == "n2"  # the relay goes on
+
+
+def test_a_cancelled_task_awaiting_a_call_cancels_the_call(sleeper: Any, watch: Any) -> None:
+    async def main() -> None:
+        task = asyncio.ensure_future(sleeper.nap.call_one("n3"))
+        await asyncio.to_thread(until_logged, watch, "n3 started")
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(asyncio.wait_for(main(), T))
+    until_logged(watch, "n3 cancelled")
+
+
+def test_wait_for_timing_out_on_a_calls_asyncio_future_cancels_the_call(
+        sleeper: Any, watch: Any) -> None:
+    async def main() -> None:
+        fut = sleeper.nap.call_one("n4")
+        await asyncio.to_thread(until_logged, watch, "n4 started")
+        with pytest.raises((TimeoutError, asyncio.TimeoutError)):
+            await asyncio.wait_for(fut.as_asyncio(), 0.001)
+        assert fut.cancelled()
+
+    asyncio.run(asyncio.wait_for(main(), T))
+    until_logged(watch, "n4 cancelled")
+
+
 def test_cancel_from_another_thread_ends_a_blocked_get(sleeper: Any, watch: Any) -> None:
     fut = sleeper.nap.call_one("i1")
     got: list[BaseException] = []

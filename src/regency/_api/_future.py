@@ -195,8 +195,22 @@ class Future(Generic[R]):
         self._completion.add_done_callback(run)
 
     def as_asyncio(self) -> asyncio.Future[R]:
-        """An ``asyncio.Future`` on the running loop (for ``gather``, ``wait_for``)."""
-        return self._completion.as_asyncio()
+        """An ``asyncio.Future`` on the running loop (for ``gather``, ``wait_for``).
+        Cancelling it (``wait_for``'s timeout, say) cancels the call, as :meth:`cancel`."""
+        fut = self._completion.as_asyncio()
+        if self._call is not None:
+            fut.add_done_callback(self._on_asyncio_done)
+        return fut
+
+    def _on_asyncio_done(self, fut: asyncio.Future[Any]) -> None:
+        if fut.cancelled():
+            self._cancel_with_waiter()
+
+    def _cancel_with_waiter(self) -> None:
+        """What waited for this call in asyncio was cancelled: cancel the call too (a
+        nested call of a cancelled endpoint, a ``wait_for`` that timed out)."""
+        if self._call is not None and not self._completion.done():
+            self.cancel()
 
     def __await__(self) -> Generator[Any, None, R]:
         c = self._completion
@@ -209,9 +223,13 @@ class Future(Generic[R]):
         problem = self._problem(True)
         if problem:
             raise RuntimeError(problem)
-        if self._call is not None and watch_await is not None:
-            return (yield from watch_await(c, self._call))  # probed if it lasts
-        return (yield from c.as_asyncio().__await__())
+        try:
+            if self._call is not None and watch_await is not None:
+                return (yield from watch_await(c, self._call))  # probed if it lasts
+            return (yield from c.as_asyncio().__await__())
+        except asyncio.CancelledError:
+            self._cancel_with_waiter()  # the awaiting task was cancelled: so is the call
+            raise
 
     def __repr__(self) -> str:
         state = "done" if self._completion.done() else "pending"
