@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import textwrap
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,3 +84,27 @@ def kill_tagged(tag: str) -> None:
 
 def describe(run: Run) -> str:
     return f"rc={run.returncode}\n--- stdout ---\n{run.stdout}\n--- stderr ---\n{run.stderr}"
+
+
+@contextlib.contextmanager
+def loopback_worker(env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """A real ``regency worker`` listening on loopback TCP, with its address; killed (its
+    session) on the way out if it is still running."""
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "regency", "worker", "--listen", "tcp://127.0.0.1:0",
+         "--advertise", "127.0.0.1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, env=env, start_new_session=True)
+    try:
+        assert worker.stdout is not None
+        seen = []
+        for line in worker.stdout:  # bounded by the test's timeout
+            seen.append(line)
+            if "regency worker listening on" in line:
+                break
+        else:
+            raise AssertionError("the worker exited:\n" + "".join(seen))
+        yield worker, line.rsplit(" ", 1)[1].strip()
+    finally:
+        if worker.poll() is None:
+            os.killpg(worker.pid, 9)
+            worker.wait(timeout=30)

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from _scripts import loopback_worker
+
 CONTROLLER = r"""
 import glob, sqlite3, sys, time
 from regency import config
@@ -43,29 +45,12 @@ hosts.shutdown()
 def test_a_worker_hosts_proc_lines_carry_its_address(tmp_path: Path) -> None:
     env = {**os.environ, "REGENCY_SECRET": "observe-worker-logs", "PYTHONUNBUFFERED": "1"}
     folder = tmp_path / "jobs"
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "regency", "worker", "--listen", "tcp://127.0.0.1:0",
-         "--advertise", "127.0.0.1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, env=env, start_new_session=True)
-    try:
-        assert worker.stdout is not None
-        seen = []
-        for line in worker.stdout:  # bounded by the test's timeout
-            seen.append(line)
-            if "regency worker listening on" in line:
-                break
-        else:
-            raise AssertionError("the worker exited:\n" + "".join(seen))
-        address = line.rsplit(" ", 1)[1].strip()
+    with loopback_worker(env) as (worker, address):
         run = subprocess.run([sys.executable, "-c", CONTROLLER, str(folder), address],
                              capture_output=True, text=True, env=env, timeout=120,
                              cwd=tmp_path)
         assert run.returncode == 0 and "LOGGED" in run.stdout, run.stdout + run.stderr
         assert worker.wait(timeout=30) == 0  # shutdown() made it exit
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait(timeout=30)
     [db_file] = folder.glob("*.db")
     db = sqlite3.connect(f"file:{db_file}?mode=ro", uri=True)
     [(proc, label)] = db.execute(

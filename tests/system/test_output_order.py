@@ -16,6 +16,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from _scripts import loopback_worker
 
 ACTORS = """
 import sys
@@ -113,26 +114,9 @@ def test_lines_of_this_hosts_procs_come_before_the_results(tmp_path: Path) -> No
 
 def test_lines_of_a_worker_hosts_procs_come_before_the_results(tmp_path: Path) -> None:
     env = {**os.environ, "REGENCY_SECRET": "output-order", "PYTHONUNBUFFERED": "1"}
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "regency", "worker", "--listen", "tcp://127.0.0.1:0",
-         "--advertise", "127.0.0.1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, env=env, start_new_session=True)
-    try:
-        assert worker.stdout is not None
-        seen = []
-        for line in worker.stdout:  # bounded by the test's timeout
-            seen.append(line)
-            if "regency worker listening on" in line:
-                break
-        else:
-            raise AssertionError("the worker exited:\n" + "".join(seen))
-        address = line.rsplit(" ", 1)[1].strip()
+    with loopback_worker(env) as (worker, address):
         check(run_merged(tmp_path, REMOTE, str(CALLS), address, env=env))
         assert worker.wait(timeout=30) == 0  # shutdown() made it exit
-    finally:
-        if worker.poll() is None:
-            os.killpg(worker.pid, 9)
-            worker.wait(timeout=30)
 
 
 @pytest.mark.parametrize("setting", ["REGENCY_ORDER_OUTPUT", "REGENCY_ENABLE_LOG_FORWARDING"])

@@ -329,7 +329,7 @@ class HostAgent:
         status_fd = _status_page(rec)
         for fd, stream in ((out_r, sys.stdout), (err_r, sys.stderr)):
             os.set_blocking(fd, False)
-            self.rt.loop.add_reader(fd, self._on_output, rec, fd, stream)
+            self.rt.loop.add_reader(fd, self._read_once, rec, fd, stream)
         self._outbox.append((data, [out_w, err_w, *status_fd]))
         self._flush_outbox()
 
@@ -395,27 +395,31 @@ class HostAgent:
         if rec is None:
             return []
         for fd, stream in open_pipes(rec):
-            self._on_output(rec, fd, stream)  # pick up lines still in the pipe
+            self._read_once(rec, fd, stream)  # pick up lines still in the pipe
         n = int(config.get("tail_log_lines"))
         return list(rec.tail)[-n:] if n else []
 
     # -- output ----------------------------------------------------------------------------
-    def _on_output(self, rec: ProcRecord, fd: int, stream: TextIO) -> None:
-        with _output.held():  # read and written before the script's next line (_output_fence)
+    def _read_once(self, rec: ProcRecord, fd: int, stream: TextIO) -> bool:
+        """Read what the pipe holds (up to 64 KiB) and pass its whole lines on; False when
+        it held nothing (or ended). Read and written before the script's next line, whose
+        write waits for the lock (``_output_fence``)."""
+        with _output.held():
             try:
                 data = os.read(fd, 1 << 16)
             except BlockingIOError:
-                return
+                return False
             except OSError:
                 data = b""
             if not data:
                 self._close_pipe(rec, fd, stream)
-                return
+                return False
             data = rec.partial.pop(fd, b"") + data
             *lines, rest = data.split(b"\n")
             if rest:
                 rec.partial[fd] = rest
             self._emit(rec, lines, stream)
+            return True
 
     def _emit(self, rec: ProcRecord, lines: list[bytes], stream: TextIO) -> None:
         if not lines:
@@ -503,21 +507,9 @@ class HostAgent:
             self.kill(orphans)
 
     def _read_rest(self, rec: ProcRecord, fd: int, stream: TextIO) -> None:
-        while fd in rec.pipes:
-            try:
-                data = os.read(fd, 1 << 16)
-            except BlockingIOError:
-                return  # a grandchild may still hold the pipe; the reader stays
-            except OSError:
-                data = b""
-            if not data:
-                self._close_pipe(rec, fd, stream)
-                return
-            data = rec.partial.pop(fd, b"") + data
-            *lines, rest = data.split(b"\n")
-            if rest:
-                rec.partial[fd] = rest
-            self._emit(rec, lines, stream)
+        """Read the pipe dry (a grandchild may still hold it open: the reader stays)."""
+        while fd in rec.pipes and self._read_once(rec, fd, stream):
+            pass
 
     def _notify_owner(self, rec: ProcRecord, cause: str, expected: bool) -> None:
         n = int(config.get("tail_log_lines"))
