@@ -119,6 +119,56 @@ def test_lines_of_a_worker_hosts_procs_come_before_the_results(tmp_path: Path) -
         assert worker.wait(timeout=30) == 0  # shutdown() made it exit
 
 
+ENDINGS = """
+import os, sys
+import regency.actor as ra
+from regency.actor import Actor, attach_to_workers, endpoint
+
+class P(Actor):
+    @endpoint
+    def step(self, i: int) -> int:
+        print(f"inside {i}")
+        return i
+
+    @endpoint
+    def end(self, how: str) -> None:
+        if how == "exit":
+            os._exit(3)  # a crash: nothing of this proc runs any more
+        raise SystemExit(3)  # the actor fails: a supervision event follows the answer
+
+ra.unhandled_fault_hook = lambda failure: None
+hosts = attach_to_workers([sys.argv[1]])
+for k, how in enumerate(["exit", "raise"] * 3):
+    procs = hosts.spawn_procs(per_host={"gpus": 1})
+    m = procs.spawn("p", P)
+    m.step.call_one(-1).get(timeout=30)
+    answered = m.step.call_one(k)  # printed and answered just before the proc's end
+    ended = m.end.call_one(how)
+    print(f"answer {answered.get(timeout=30)}")
+    try:
+        ended.get(timeout=30)
+    except Exception as exc:
+        print(f"ended {type(exc).__name__}")
+    try:
+        procs.stop().get(timeout=30)
+    except Exception:
+        pass
+hosts.shutdown()
+"""
+
+
+def test_an_answer_given_just_before_a_proc_ends_is_delivered(tmp_path: Path) -> None:
+    """The answer of a printing call goes through the worker's agent; a crash or an actor
+    failure right after it must neither lose it nor overtake it."""
+    env = {**os.environ, "REGENCY_SECRET": "output-order", "PYTHONUNBUFFERED": "1"}
+    with loopback_worker(env) as (worker, address):
+        out = run_merged(tmp_path, ENDINGS, address, env=env)
+        assert worker.wait(timeout=30) == 0
+    assert [ln for ln in out.splitlines() if ln.startswith("answer")] \
+        == [f"answer {k}" for k in range(6)], out
+    assert out.count("ended SupervisionError") == 6, out
+
+
 @pytest.mark.parametrize("setting", ["REGENCY_ORDER_OUTPUT", "REGENCY_ENABLE_LOG_FORWARDING"])
 def test_ordering_can_be_turned_off_and_nothing_is_lost(tmp_path: Path, setting: str) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", setting: "0"}

@@ -151,8 +151,6 @@ async def _stop(rt: Runtime, stop: asyncio.Event) -> None:
     _finalize()
     sys.stdout.flush()
     sys.stderr.flush()
-    if rt.output_fence is not None:
-        await rt.output_fence.settle()
     await rt.router.aclose()
     stop.set()
 
@@ -165,7 +163,5 @@ async def _terminated(rt: Runtime) -> None:
     rt.stopping = True
     await stop_cells(rt, float(config.get("cleanup_timeout")) + 1.0,
                      "the proc is stopping: it received SIGTERM")
-    if rt.output_fence is not None:
-        await rt.output_fence.settle()
     await rt.router.aclose()
     _terminate.die_by_sigterm()

@@ -45,7 +45,7 @@ from .._wire._messages import (
     StopProcs,
 )
 from . import _aggregate, _output, _proclog
-from ._output_fence import OutputFence, OutputFenceAck
+from ._output_fence import RelayAck, RelayFrame
 from ._runtime import Runtime
 
 log = logging.getLogger("regency.host")
@@ -224,7 +224,7 @@ class HostAgent:
         runtime.handle(ProcReady, self._on_proc_ready)
         runtime.handle(StopProcs, self._on_stop_procs)
         runtime.handle(Resolve, self._on_resolve)
-        runtime.handle(OutputFence, self._on_output_fence)
+        runtime.handle(RelayFrame, self._on_relay_frame)
         self.advertise_host = ""  # set on workers: procs listen on tcp at this host
         self.forward_to = ""  # set on workers: the controller that gets the procs' output
         self._resolving: dict[str, list[PortRef]] = {}
@@ -404,7 +404,7 @@ class HostAgent:
         """Read what the pipe holds (up to 64 KiB) and pass its whole lines on; False when
         it held nothing (or ended). Read and written before the script's next line, whose
         write waits for the lock (``_output_fence``)."""
-        with _output.held():
+        with _output.held("stderr" if stream is sys.stderr else "stdout"):
             try:
                 data = os.read(fd, 1 << 16)
             except BlockingIOError:
@@ -438,20 +438,16 @@ class HostAgent:
             return
         write_lines(rec.label, kind, text)
 
-    def _on_output_fence(self, msg: OutputFence) -> None:
-        """A proc holds a reply until what it printed before it is out (``_output_fence``):
-        read its pipes dry and pass their lines on; then answer, or, on a worker that
-        forwards them, pass the fence on behind them so that the controller answers once it
-        has written them. A fence for a proc not ours came from a worker: the lines it
-        forwarded before it are written by now."""
+    def _on_relay_frame(self, msg: RelayFrame) -> None:
+        """A proc's reply (or what follows one) that must not overtake the lines it printed
+        (``_output_fence``): pass on what its pipes hold, then the frame. To the controller,
+        the frame goes on the connection the lines went on, behind them."""
         rec = self.procs.get(msg.proc)
         if rec is not None:
             for fd, stream in open_pipes(rec):
                 self._read_rest(rec, fd, stream)
-            if self.forward_to and config.get("enable_log_forwarding"):
-                self.rt.send_sys(self.forward_to, msg)
-                return
-        self.rt.send_sys(msg.proc, OutputFenceAck(msg.token))
+        self.rt.send_frame(msg.to, [bytes(part) for part in msg.parts])  # ours until sent
+        self.rt.send_sys(msg.proc, RelayAck(msg.seq))
 
     def _close_pipe(self, rec: ProcRecord, fd: int, stream: TextIO) -> None:
         self.rt.loop.remove_reader(fd)

@@ -59,8 +59,7 @@ class Terminal:
         held, self.held = self.held, []
         for g, text in held:
             g.wrapped.write(text)
-        for g in {id(g): g for g, _ in held}.values():
-            g.wrapped.flush()
+            g.wrapped.flush()  # a block-buffered stream must not fall behind the other
 
 
 class LineGuard:
@@ -186,16 +185,17 @@ def write_whole(kind: str, text: str) -> bool:
 
 
 @contextlib.contextmanager
-def held() -> Iterator[None]:
-    """Hold the locks of ``sys.stdout`` and ``sys.stderr`` (their guards'): the script's
-    writes wait meanwhile. The host agent reads a proc's pipe and writes its lines inside:
-    a proc that saw its pipe read (``_output_fence``) knows the lines come before any
-    line the script writes after that."""
-    with contextlib.ExitStack() as stack:
-        for kind in ("stdout", "stderr"):  # always in this order
-            g = guard(kind)
-            if g is not None:
-                stack.enter_context(g.lock)
+def held(kind: str) -> Iterator[None]:
+    """Hold the lock of ``sys.stdout`` (``kind`` "stdout") or ``sys.stderr`` (its guard's):
+    the script's writes to it wait meanwhile. The host agent reads a proc's pipe and writes
+    its lines inside: a proc that saw its pipe read (``_output_fence``) knows the lines come
+    before any line the script writes there after that. (Two streams to one file share
+    one lock; two files show no order between them.)"""
+    g = guard(kind)
+    if g is None:
+        yield
+        return
+    with g.lock:
         yield
 
 

@@ -3,75 +3,77 @@
 A proc's ``stdout`` and ``stderr`` are pipes that its host agent reads, prefixes and
 forwards (on a worker, as ``ProcOutput`` to the controller); its replies go straight to the
 caller. The two paths race, so ``print`` in an endpoint could show *after* the caller had
-printed the result. Here, a proc sends no reply while lines it printed may still be on the
-way. :class:`Marked` notices a write to ``sys.stdout`` or ``sys.stderr``; the next reply
-flushes both into their pipes first, then:
+printed the result. Here a reply never leaves before the lines printed before it.
+:class:`Marked` counts each write to ``sys.stdout`` or ``sys.stderr`` once it is done; a
+reply sent while some are not known to be out flushes both streams into their pipes, then:
 
 * *The host agent is the controller's* (its ``this_host()`` procs): the reply waits until
   the pipes are empty (``FIONREAD``), which a proc can see for itself. The agent reads a
-  pipe and writes its lines while it holds the locks of the controller's ``sys.stdout`` and
-  ``sys.stderr`` (``_output.held``), so the script's next ``print``, which takes the lock
-  too, comes after them. About one wake-up of the controller's loop per printing call.
-* *A worker's agent*: the reply is held and an :class:`OutputFence` goes to the agent, which
-  reads the pipes dry, forwards their lines and passes the fence on behind them; the
-  controller answers :class:`OutputFenceAck` once it has written them, and the held
-  replies go, in the order they were sent. At most one fence is out at a time; replies
-  sent while it is out wait behind it, and if more was printed meanwhile, one new fence
-  covers them all when the answer comes, so a proc printing on every call of a pipeline
-  still answers a batch per round trip.
+  pipe and writes its lines holding the lock of the controller's stream they go to
+  (``_output.held``), so the script's next ``print`` to it, which takes that lock too,
+  comes after them. About one wake-up of the controller's loop per printing call.
+* *A worker's agent*: the reply goes to the agent instead, as a :class:`RelayFrame`. The
+  agent reads the pipes dry, forwards their lines to the controller, then sends the reply
+  on; to the controller it travels behind the lines, on one connection, in order. Until
+  the agent says it has passed on every frame relayed so far (:class:`RelayAck`), what the
+  proc sends next (replies, system messages) takes the same way, so nothing overtakes a
+  relayed reply. The proc keeps nothing back: a proc that dies right after answering has
+  its answer delivered all the same.
 
-A reply that follows no print costs one attribute test. A wait longer than
-:data:`TIMEOUT_S` (a busy or lost agent) lets its replies go anyway: order is given up,
-never a reply. What bypasses ``sys.stdout`` (C code writing to fd 1, a subprocess) is
-ordered only if it reached the pipe first; a line not ended by a newline waits for its end.
+A reply that follows no print costs one attribute test. The wait for a local agent is
+bounded by :data:`TIMEOUT_S` (a busy or stopped agent): order is given up, never a reply.
+What bypasses ``sys.stdout`` (C code writing to fd 1, a subprocess) is ordered only if it
+reached the pipe first; a line without its newline waits for the newline; calls an actor
+makes (not replies) are not ordered after its output.
 """
 
 from __future__ import annotations
 
 import array
-import asyncio
 import fcntl
 import logging
 import os
+import pickle
 import stat
 import sys
 import termios
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
 from .. import config
-from .._wire._messages import PortRef, SystemMessage, system_message
+from .._wire._messages import SystemMessage, system_message
 
 if TYPE_CHECKING:
     from ._runtime import Runtime
 
-__all__ = ["Marked", "OutputFence", "OutputFenceAck", "Fence", "install"]
+__all__ = ["Fence", "Marked", "RelayAck", "RelayFrame", "install"]
 
 log = logging.getLogger("regency.output")
 
-#: Seconds a fence may hold replies back before they go unordered.
+#: Seconds a reply may wait for the controller's agent to read this proc's pipes.
 TIMEOUT_S = 1.0
 
 
-@system_message("output_fence")
+@system_message("relay_frame")
 @dataclass(slots=True)
-class OutputFence(SystemMessage):
-    """From a proc to its host agent (and from a worker's agent to the controller): answer
-    ``proc`` with ``OutputFenceAck(token)`` once the lines it printed so far are out."""
+class RelayFrame(SystemMessage):
+    """From a proc to its host agent: pass on the lines the proc printed so far, then send
+    ``parts`` (an encoded frame) to ``to``, and answer ``RelayAck(seq)``."""
 
     proc: str
-    token: int
+    to: str
+    seq: int
+    parts: list[Any]  # pickle.PickleBuffer each when sent: out of band, not copied
 
 
-@system_message("output_fence_ack")
+@system_message("relay_ack")
 @dataclass(slots=True)
-class OutputFenceAck(SystemMessage):
-    """To a proc: the lines it printed before fence ``token`` have been written."""
+class RelayAck(SystemMessage):
+    """To a proc: its host agent has sent on every frame relayed up to ``seq``."""
 
-    token: int
+    seq: int
 
 
 class Marked:
@@ -98,35 +100,36 @@ class Marked:
 
 
 class Fence:
-    """A proc's replies held behind the output printed before them (any thread).
+    """Orders a proc's replies after the output printed before them (any thread).
 
-    Writes are counted once done (``written``); ``drained`` is the count known to be out.
-    A reply from a thread whose writes are all counted, sent while ``written`` is above
-    ``drained``, waits. A count taken before a flush covers every write counted in it,
-    whichever thread wrote it."""
+    Writes are counted once done (``written``); ``drained`` is the count known to be out
+    (read from the pipes, or behind a relayed frame). A count taken before a flush covers
+    every write counted in it, whichever thread wrote it.
+    """
 
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
         self.written = 0  # writes to sys.stdout and sys.stderr done
-        self.drained = 0  # writes whose lines are out
-        self.waiting = False  # replies are held: each new one queues behind them
-        self._lock = threading.Lock()
-        self._held: deque[tuple[int, PortRef, list[Any]]] = deque()  # (needs fence, port, frame)
-        self._token = 0  # the last fence sent
-        self._covers = 0  # the writes it covers
-        self._out = False  # that fence is not answered yet
-        self.fences = 0  # fences sent (statistics)
+        self.drained = 0  # writes whose lines are out, or go out before what is sent next
+        self.waiting = False  # frames relayed and not yet passed on: later ones follow them
+        self.relayed = 0  # frames relayed through the host agent
+        self.acked = 0  # ... of which the agent has passed on so many
         # our stdout and stderr pipes, when the agent reading them is the controller's
         self.pipes: list[int] = []
-        self._settled: asyncio.Future[None] | None = None  # ``settle`` waits on it
+        # Re-entrant: the garbage collector (a __del__) or a signal handler may print, or
+        # send, on a thread that holds them. ``_counting`` guards ``written`` alone.
+        self._counting = threading.RLock()
+        self._lock = threading.RLock()
 
     def wrote(self) -> None:
         """Count one write, done (any thread)."""
-        with self._lock:
+        with self._counting:
             self.written += 1
 
-    def hold(self, port: PortRef, frame: list[Any]) -> bool:
-        """Keep a reply's frame until the output before it is out; False: send it now."""
+    def hold(self, to: str, frame: list[Any]) -> bool:
+        """Called for a frame to ``to`` while some output may not be out, or frames are
+        relayed: True when it took the frame (it goes through the host agent), False
+        when the caller sends it as usual (after the wait for a local agent)."""
         if self.pipes:  # our agent writes to the controller's terminal: wait for it to read
             target = self.written
             _flush()
@@ -135,82 +138,28 @@ class Fence:
                 self.drained = max(self.drained, target)
             return False
         with self._lock:
-            written = self.written
-            if self._out and written <= self._covers:
-                need = self._token
-            elif written <= self.drained:
-                need = 0
-            else:
-                need = self._token + 1
-            if self._held:
-                need = max(need, self._held[-1][0])
-            if not need:
+            target = self.written
+            if target <= self.drained and not self.waiting:
                 return False
-            if need > self._token and not self._out:
-                self._send_fence()
-            self._held.append((need, port, frame))
+            _flush()  # what the count covers is in the pipes before the agent hears of it
+            self.drained = max(self.drained, target)
+            self.relayed += 1
             self.waiting = True
+            rt = self.rt
+            parts = [pickle.PickleBuffer(part) for part in frame]
+            rt.send_sys(rt.host_agent, RelayFrame(rt.address, to, self.relayed, parts))
             return True
 
-    def answered(self, token: int) -> None:
-        """Fence ``token`` was answered (or timed out): send what it held (loop thread)."""
+    def passed_on(self, seq: int) -> None:
+        """The agent sent on every frame relayed up to ``seq`` (loop thread)."""
         with self._lock:
-            if token != self._token or not self._out:
-                return  # an old fence's late answer, or its timeout after the answer
-            self._out = False
-            self.drained = max(self.drained, self._covers)
-            held = self._held
-            while held and held[0][0] <= token:
-                _, port, frame = held.popleft()
-                self.rt.send_frame(port[0], frame)
-            if held:  # printed again while this fence was out: one more covers the rest
-                self._send_fence()
-            self.waiting = bool(held)
-            settled = self._settled
-            if settled is not None and not settled.done():
-                settled.set_result(None)
+            self.acked = max(self.acked, seq)
+            self.waiting = self.relayed > self.acked
 
-    def release(self) -> None:
-        """Send every held reply now, in order."""
-        with self._lock:
-            self._out = False
-            while self._held:
-                _, port, frame = self._held.popleft()
-                self.rt.send_frame(port[0], frame)
-            self.waiting = False
-
-    async def settle(self) -> None:
-        """Let the held replies go as their fences are answered, then send what is left
-        (the proc is stopping; loop thread)."""
-        _flush()
-        loop = self.rt.loop
-        deadline = loop.time() + TIMEOUT_S
-        while self.waiting and loop.time() < deadline:
-            self._settled = loop.create_future()
-            try:
-                await asyncio.wait_for(self._settled, deadline - loop.time())
-            except asyncio.TimeoutError:
-                break
-        self.release()
-
-    def _send_fence(self) -> None:
-        # lock held. The count is taken before the flush: what it counts is in the pipes
-        self._covers = self.written
-        _flush()
-        self._token += 1
-        self._out = True
-        self.fences += 1
-        token = self._token
-        self.rt.send_sys(self.rt.host_agent, OutputFence(self.rt.address, token))
-        self.rt.loop.call_soon_threadsafe(self._arm_timeout, token)
-
-    def _arm_timeout(self, token: int) -> None:
-        self.rt.loop.call_later(TIMEOUT_S, self._timed_out, token)
-
-    def _timed_out(self, token: int) -> None:
-        if token == self._token and self._out:
-            log.debug("regency: output fence %d unanswered after %s s", token, TIMEOUT_S)
-            self.answered(token)
+    def after_fork(self) -> None:
+        """In a child forked by a proc: locks another thread may have held are new."""
+        self._counting = threading.RLock()
+        self._lock = threading.RLock()
 
 
 def _flush() -> None:
@@ -219,7 +168,7 @@ def _flush() -> None:
             if stream is not None:
                 stream.flush()
         except (OSError, ValueError):
-            pass  # a closed or broken stream: nothing of it can be fenced
+            pass  # a closed or broken stream: nothing of it can be ordered
 
 
 def _wait_read(fds: list[int]) -> None:
@@ -260,18 +209,20 @@ def _pipes() -> list[int]:
     return found
 
 
-def install(rt: Runtime) -> Fence:
-    """Fence ``rt``'s replies behind this proc's printed output (a proc, before it serves;
-    ``rt.root`` and ``rt.host_agent`` set)."""
-    fence = Fence(rt)
+def install(rt: Runtime) -> Fence | None:
+    """Order ``rt``'s replies after this proc's printed output (a proc, before it serves;
+    ``rt.root`` and ``rt.host_agent`` set). None when ``order_output`` or log forwarding
+    is off."""
     if not (config.get("order_output") and config.get("enable_log_forwarding")):
-        return fence  # nothing marked: no reply waits
+        return None
+    fence = Fence(rt)
     if rt.host_agent == rt.root:  # the controller's own agent reads our pipes
         fence.pipes = _pipes()
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
         if stream is not None and not isinstance(stream, Marked):
             setattr(sys, name, Marked(stream, fence))
-    rt.handle(OutputFenceAck, lambda msg: fence.answered(msg.token))
+    rt.handle(RelayAck, lambda msg: fence.passed_on(msg.seq))
+    os.register_at_fork(after_in_child=fence.after_fork)
     rt.output_fence = fence
     return fence

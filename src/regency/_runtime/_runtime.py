@@ -252,8 +252,8 @@ class Runtime:
         frame = [encode_reply(port[1], rank, status), data, *buffers]
         fence = self.output_fence
         if (fence is not None and (fence.written != fence.drained or fence.waiting)
-                and fence.hold(port, frame)):
-            return  # it goes once the lines printed before it are out (_output_fence)
+                and fence.hold(port[0], frame)):
+            return  # relayed behind the lines printed before it (_output_fence)
         if not self.lines.send(port[0], frame, False):  # no open connection: the general way
             self.post(port[0], frame)
 
@@ -266,7 +266,12 @@ class Runtime:
     def send_sys(self, to: str, msg: SystemMessage) -> None:
         """Send a system message to the runtime at ``to``, from any thread."""
         data, buffers = dumps(msg)
-        self.post(to, [system_header(msg.KIND), data, *buffers])
+        frame = [system_header(msg.KIND), data, *buffers]
+        fence = self.output_fence
+        if (fence is not None and fence.waiting and to != self.host_agent
+                and fence.hold(to, frame)):
+            return  # behind a reply relayed through the host agent (_output_fence)
+        self.post(to, frame)
 
     def handle(self, kind: type[M], handler: Callable[[M], None]) -> None:
         """Make ``handler`` the handler of the system messages of class ``kind`` here."""
