@@ -78,6 +78,16 @@ NOTES: dict[str, tuple[str, str]] = {
         "suggest the nearest; durations as numbers too"),
     "monarch.config:get_global_config": (
         "different", "durations are seconds (floats), not `'30s'` strings"),
+    "monarch.config:get_runtime_config": (
+        "different", "only the keys set with `configure()` (Monarch lists every key); "
+        "`get_global_config()` has them all"),
+    "monarch:get_runtime_config": (
+        "different", "only the keys set with `configure()` (Monarch lists every key); "
+        "`get_global_config()` has them all"),
+    "monarch:get_active_mesh": (
+        "same", "Monarch's `DeviceMesh` surface: `names`, `sizes`, `size()`, `rank()`, "
+        "`process_group()`, `slice()`/`mesh(dim=i)`, `flatten()`, `extent`, "
+        "`activate()`/`deactivate()`; a slice or flattening has workers of its own"),
     "monarch.rdma:is_ibverbs_available": (
         "different", "always False: bytes move over shared memory and sockets"),
     "monarch.rdma:RDMAAction.fetch_add": (

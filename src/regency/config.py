@@ -29,6 +29,7 @@ from ._config_types import ChannelTransport, Encoding, transport_name
 __all__ = [
     "ChannelTransport",
     "ConfigKeyError",
+    "ConfigValueError",
     "Encoding",
     "clear_runtime_config",
     "configure",
@@ -61,6 +62,11 @@ class ConfigKeyError(KeyError, ValueError):
         return str(self.args[0]) if self.args else ""
 
 
+class ConfigValueError(ValueError, TypeError):
+    """A value a configuration key cannot take: a ``ValueError`` (regency's earlier
+    behaviour) and a ``TypeError`` (Monarch's), so handlers written for either catch it."""
+
+
 def _canonical(key: str) -> str:
     """The key under which ``key``'s value is kept (an alias names its regency key)."""
     if key in ALIASES:
@@ -79,6 +85,8 @@ def _duration(key: str, value: Any) -> float:
     if isinstance(value, bool):
         raise TypeError(f"config {key}: {value!r} is not a duration")
     if isinstance(value, (int, float)):
+        if value < 0 or value != value:
+            raise ValueError(f"config {key}: {value!r} is not a duration >= 0 seconds")
         return float(value)
     text = str(value).strip().lower()
     parts = _PART.findall(text)
@@ -103,9 +111,12 @@ def _integer(key: str, value: Any) -> int:
     if isinstance(value, float) and not value.is_integer():
         raise ValueError(f"config {key}: {value!r} is not a whole number")
     try:
-        return int(value)
+        number = int(value)
     except (TypeError, ValueError):
         raise ValueError(f"config {key}: cannot read {value!r} as a whole number") from None
+    if number < 0:  # counts and sizes, unsigned in Monarch too
+        raise ValueError(f"config {key}: {value!r} is negative; give a whole number >= 0")
+    return number
 
 
 def _encoding(key: str, value: Any) -> Encoding:
@@ -136,8 +147,13 @@ _READERS: dict[str, Callable[[str, Any], Any]] = {
 
 
 def _coerce(key: str, value: Any) -> Any:
-    """``value`` read as key ``key``'s kind."""
-    return _READERS[KEYS[key].kind](key, value)
+    """``value`` read as key ``key``'s kind; :class:`ConfigValueError` if it cannot be."""
+    try:
+        return _READERS[KEYS[key].kind](key, value)
+    except ConfigValueError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ConfigValueError(str(exc)) from None
 
 
 _ENV_NAMES: dict[str, tuple[str, ...]] = {
@@ -187,7 +203,8 @@ def configure(**kwargs: Any) -> None:
     """Set configuration values for this process (and procs spawned after).
 
     Nothing is set unless every value is valid: an unknown key raises
-    :class:`ConfigKeyError`, a value of the wrong kind ``ValueError`` or ``TypeError``."""
+    :class:`ConfigKeyError`, a value of the wrong kind :class:`ConfigValueError` (both a
+    ``ValueError`` and a ``TypeError``)."""
     values = {}
     for key, value in kwargs.items():
         canonical = _canonical(key)

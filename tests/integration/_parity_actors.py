@@ -96,7 +96,13 @@ class Owner(Actor):
         self.seen.append(f"{failure}\n{failure.report()}")
         if self.mode == "raise":
             raise KeyError("the supervisor's own error")
+        if self.mode == "super":  # a mixin's way: let the base class decide (not handled)
+            return super().__supervise__(failure)
         return True
+
+    def __cleanup__(self, exc: BaseException | None) -> None:
+        self.seen.append("cleanup")
+        return super().__cleanup__(exc)  # type: ignore[no-any-return]
 
 
 class AsyncOwner(Actor):

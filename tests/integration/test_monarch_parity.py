@@ -273,3 +273,36 @@ def test_slices_taken_before_or_after_a_failure_inherit_it(unhandled_failures: A
         assert list(w.slice(gpus=0).ok.call().get(timeout=T).values()) == [1]
     finally:
         procs.stop().get(timeout=T)
+
+
+def test_hooks_may_call_the_base_class_as_in_monarch(unhandled_failures: Any) -> None:
+    """``Actor.__supervise__`` and ``Actor.__cleanup__`` exist and do nothing: a hook that
+    ends with ``super()`` leaves the failure unhandled, and goes up to the client."""
+    procs = fresh({"gpus": 1})
+    try:
+        owner = procs.spawn("superowner", Owner, "super")
+        assert owner.start.call_one().get(timeout=T) == "started"
+        owner.provoke.call_one("kill").get(timeout=T)
+        failure = unhandled_failures.wait_for("superowner")[0]
+        assert "did not handle the failure" in str(failure), failure
+        assert "AttributeError" not in failure.report()
+    finally:
+        procs.stop().get(timeout=T)
+
+
+def test_this_proc_cannot_be_stopped_by_the_code_it_runs(procs: Any) -> None:
+    from regency.actor import this_proc
+
+    with pytest.raises(ValueError, match="ProcMesh is not owned; must be stopped by an owner"):
+        this_proc().stop()
+    here = this_proc().spawn("still_here", Faulty)  # this proc goes on as before
+    assert here.ok.call_one().get(timeout=T) == 1
+
+
+def test_spawn_refuses_a_name_that_is_not_a_str_and_an_instance(procs: Any) -> None:
+    with pytest.raises(TypeError, match="must be a str, not int"):
+        procs.spawn(5, Faulty)
+    with pytest.raises(TypeError, match="must subclass"):  # Monarch: TypeError
+        procs.spawn("inst", Faulty())
+    with pytest.raises(ValueError, match="must subclass"):  # Monarch: ValueError
+        procs.spawn("notactor", dict)

@@ -71,6 +71,45 @@ def test_no_mesh_runs_locally(procs) -> None:
     assert not isinstance(local, Tensor) and local.tolist() == [2.0, 2.0]
 
 
+def test_activate_without_with_activates_at_once_until_deactivate(procs) -> None:
+    """As Monarch's: ``activate()`` makes the mesh active when called; ``with`` (or the
+    mesh's ``deactivate()``) ends it."""
+    guard = procs.activate()
+    try:
+        mesh = get_active_mesh()
+        x = torch.ones(2) * 3
+        assert isinstance(x, Tensor)
+    finally:
+        mesh.deactivate()
+    with pytest.raises(ValueError, match="no device mesh is active"):
+        get_active_mesh()
+    assert not isinstance(torch.ones(1), Tensor)
+    guard.__exit__(None, None, None)  # already ended: nothing more happens
+    assert fetch(x, hosts=1, gpus=1).tolist() == [3.0, 3.0]
+    with no_mesh.activate(), procs.activate():  # nested: the innermost wins, then unwinds
+        assert isinstance(torch.ones(1), Tensor)
+    assert not isinstance(torch.ones(1), Tensor)
+
+
+def test_the_active_mesh_has_monarchs_device_mesh_surface(procs) -> None:
+    with procs.activate():
+        m = get_active_mesh()
+        assert m.names == ("hosts", "gpus") and m.size() == 4 and m.size("gpus") == 2
+        assert m.size(("hosts", "gpus")) == 4 and list(m.extent.labels) == ["hosts", "gpus"]
+        ranks = m.rank("gpus") * 10
+        group = m.process_group(("gpus",))
+        assert group.dims == ("gpus",)
+        with pytest.raises(ValueError, match="'zz' is not a dimension"):
+            m.size("zz")
+    assert [fetch(ranks, hosts=1, gpus=g).item() for g in range(2)] == [0, 10]
+    sub, flat = m(hosts=1), m.flatten("all")
+    assert sub.names == ("gpus",) and m.slice(hosts=1) is sub
+    assert flat.names == ("all",) and flat.size() == 4 and flat is not m
+    with flat.activate():
+        r = flat.rank("all") + 100
+    assert [fetch(r, all=i).item() for i in range(4)] == [100, 101, 102, 103]
+
+
 def test_fetch_needs_every_dim(procs) -> None:
     with procs.activate():
         x = torch.zeros(1)

@@ -131,3 +131,16 @@ def test_parametrize_config_needs_options() -> None:
         config.parametrize_config_pointwise(tail_log_lines=[1], max_cast_fanout=[1, 2])
     with pytest.raises(ValueError, match="at least one"):
         config.parametrize_config()
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("max_cast_fanout", -1), ("max_cast_fanout", "many"), ("max_cast_fanout", 2.5),
+    ("tail_log_lines", -3), ("message_delivery_timeout", "abc"),
+    ("message_delivery_timeout", -1.0), ("cleanup_timeout", float("nan")),
+])
+def test_a_bad_value_is_both_monarchs_type_error_and_a_value_error(key: str, value: object) -> None:
+    before = config.get(key)
+    with pytest.raises(config.ConfigValueError, match=f"config {key}: ") as raised:
+        config.configure(**{key: value})
+    assert isinstance(raised.value, TypeError) and isinstance(raised.value, ValueError)
+    assert config.get(key) == before  # nothing set

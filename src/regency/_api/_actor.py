@@ -6,9 +6,12 @@ import functools
 import inspect
 import logging
 from collections.abc import Callable
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from ._not_a_mesh import NotAMesh
+
+if TYPE_CHECKING:
+    from ..errors import MeshFailure
 
 __all__ = ["Actor", "EndpointProperty", "NotAnEndpoint", "concurrent_endpoint", "endpoint"]
 
@@ -27,6 +30,18 @@ class Actor(NotAMesh):
     original exception on an error stop, else None); ``__supervise__(self, failure)``
     receives failures of meshes this actor spawned and returns True when it handled them.
     """
+
+    def __cleanup__(self, exc: BaseException | None) -> Any:
+        """Runs once when the actor stops (``exc``: the original exception of an error
+        stop, else None). Does nothing here: override it (``async def`` in an async
+        actor); ``super().__cleanup__(exc)`` works from any subclass, as in Monarch."""
+        return None
+
+    def __supervise__(self, failure: MeshFailure) -> Any:
+        """Receives a failure of a mesh this actor spawned; return True when handled.
+        Returns None here (not handled: the failure goes on up), as Monarch's does, so an
+        override may end with ``return super().__supervise__(failure)``."""
+        return None
 
     @functools.cached_property
     def logger(self) -> logging.Logger:

@@ -171,9 +171,17 @@ def _check_collisions(cls: type) -> None:
             )
 
 
+class NotAnActorClass(ValueError, TypeError):
+    """``spawn`` of something that is not an Actor subclass: a ``ValueError`` (regency's
+    earlier error, and Monarch's for a class) and a ``TypeError`` (Monarch's for an
+    instance)."""
+
+
 def _check_spawnable(Class: Any) -> None:
     if not (isinstance(Class, type) and issubclass(Class, Actor)):
-        raise ValueError(f"spawn needs a subclass of regency.actor.Actor, got {Class!r}")
+        raise NotAnActorClass(
+            f"{Class!r} must subclass regency.actor.Actor to spawn it (spawn takes the class "
+            "itself, then its constructor's arguments)")
     is_async_actor(Class)
     _check_collisions(Class)
     _check_hooks(Class)

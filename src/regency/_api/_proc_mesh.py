@@ -129,9 +129,13 @@ class ProcMesh(MeshTrait):
         Raises:
             ValueError: ``Class`` is not an Actor subclass, mixes sync and async endpoints,
                 or has an endpoint named like a mesh attribute.
-            TypeError: the arguments do not match ``Class.__init__``.
+            TypeError: ``name`` is not a str, or the arguments do not match
+                ``Class.__init__``.
             RuntimeError: the mesh was stopped, or some of its procs are dead.
         """
+        if not isinstance(name, str):
+            raise TypeError(f"spawn: the mesh name must be a str, not {type(name).__name__} "
+                            f"({name!r}); spawn(name, Class, *args)")
         _check_spawnable(Class)
         try:
             inspect.signature(Class.__init__).bind(None, *args, **kwargs)
@@ -200,10 +204,20 @@ class ProcMesh(MeshTrait):
         return _respawn(self, ranks, restore=restore, timeout=timeout)
 
     def stop(self, reason: str = "stopped by client") -> Future[None]:
-        """Stop every proc of the mesh and its actors (``__cleanup__`` runs)."""
+        """Stop every proc of the mesh and its actors (``__cleanup__`` runs).
+
+        Raises:
+            ValueError: the mesh is this process itself (``this_proc()``): what runs it
+                stops it.
+        """
+        rt = runtime()
+        if tuple(self._proc_addrs) == (rt.address,):
+            raise ValueError(  # Monarch's words, then ours
+                "ProcMesh is not owned; must be stopped by an owner (this is the proc this "
+                "code runs in, `this_proc()`: stop its actor meshes instead, or let the "
+                "program end)")
         for hook in before_stop:
             hook(self)
-        rt = runtime()
         info = api_state(rt).proc_meshes.get(self._uid)
         size = len(info.addr_list) if info is not None else None
         ranks = supervisor(rt).procs_stopped(self._uid, self._shape_.ranks(), size, reason)

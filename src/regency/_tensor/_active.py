@@ -29,24 +29,47 @@ def any_active() -> bool:
     return bool(_meshes)
 
 
-@contextlib.contextmanager
-def pushed(mesh: Any) -> Iterator[None]:
-    """Make ``mesh`` (or None) the active mesh for the block; enters the dispatch mode."""
-    _meshes.append(mesh)
-    if len(_meshes) == 1:
-        for enter, _ in mode_hooks:
-            enter()
-    try:
-        yield
-    finally:
+class Activation:
+    """What ``activate()`` returns. As Monarch's, the mesh (or None: ``no_mesh``) is active
+    from the call on, not only inside a ``with`` block: the end of the block, or
+    :meth:`close` (``deactivate()``), makes it inactive again, flushing its ops."""
+
+    def __init__(self, mesh: Any) -> None:
+        self.mesh = mesh
+        self.open = True
+        _meshes.append(mesh)
+        if len(_meshes) == 1:
+            for enter, _ in mode_hooks:
+                enter()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """End this activation (idempotent)."""
+        if not self.open:
+            return
+        self.open = False
         try:
-            if mesh is not None:
-                mesh.flush()
-        finally:  # a flush that fails (a dead proc) still leaves the block inactive
-            _meshes.pop()
+            if self.mesh is not None:
+                self.mesh.flush()
+        finally:  # a flush that fails (a dead proc) still leaves the mesh inactive
+            for i in range(len(_meshes) - 1, -1, -1):  # this one: the innermost of its mesh
+                if _meshes[i] is self.mesh:
+                    del _meshes[i]
+                    break
             if not _meshes:
                 for _, leave in mode_hooks:
                     leave()
+
+
+def pushed(mesh: Any) -> Activation:
+    """Make ``mesh`` (or None) the active mesh now, until the activation is closed (the end
+    of its ``with`` block); enters the dispatch mode."""
+    return Activation(mesh)
 
 
 def get_active_mesh() -> Any:
@@ -64,8 +87,8 @@ def get_active_mesh() -> Any:
 class _NoMesh:
     """``no_mesh.activate()``: torch runs locally inside, even under an active mesh."""
 
-    def activate(self) -> contextlib.AbstractContextManager[None]:
-        """A context in which no device mesh is active."""
+    def activate(self) -> Activation:
+        """No device mesh is active from now until the end of the ``with`` block."""
         return pushed(None)
 
     def __repr__(self) -> str:

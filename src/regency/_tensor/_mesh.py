@@ -37,13 +37,13 @@ BATCH = 512
 KEEP_FRAMES = 65536
 _SKIP = ("/torch/", "/regency/_")
 _coalescing = [0]
-_meshes: dict[tuple[str, tuple[int, ...]], DeviceMesh] = {}
+_meshes: dict[tuple[str, tuple[int, ...], tuple[str, ...]], DeviceMesh] = {}
 _by_id: dict[int, DeviceMesh] = {}
 
 
 def device_mesh_of(procs: Any) -> DeviceMesh:
     """The device mesh of a proc mesh (its workers are spawned the first time)."""
-    key = (procs._uid, tuple(procs._shape.ranks()))
+    key = (procs._uid, tuple(procs._shape.ranks()), tuple(procs._shape.labels))
     mesh = _meshes.get(key)
     if mesh is None:
         mesh = _meshes[key] = DeviceMesh(procs)
@@ -98,12 +98,66 @@ class DeviceMesh:
         self.values_received = 0  # replies that carried values to the controller (tests)
         self._inboxes: list[Any] | None = None
         self.stopped = False  # its unobserved errors were reported (its procs stop)
+        self._activation: _active.Activation | None = None  # its last ``activate()``
         _unfetched.install()
 
     # -- activation ------------------------------------------------------------------------
-    def activate(self) -> contextlib.AbstractContextManager[None]:
-        """Torch ops inside the block run on every rank of this mesh."""
-        return _active.pushed(self)
+    def activate(self) -> _active.Activation:
+        """Torch ops run on every rank of this mesh from now on: until the end of the
+        ``with`` block this is used in, or :meth:`deactivate`."""
+        self._activation = _active.pushed(self)
+        return self._activation
+
+    def deactivate(self) -> None:
+        """End the last activation of this mesh (one made without ``with``)."""
+        activation, self._activation = self._activation, None
+        if activation is not None:
+            activation.close()
+
+    # -- Monarch's DeviceMesh surface -------------------------------------------------------
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The mesh's dimension names, in order."""
+        return self.labels
+
+    @property
+    def extent(self) -> Any:
+        """The mesh's ``Extent`` (names and sizes)."""
+        return self.procs.extent
+
+    def size(self, dims: str | tuple[str, ...] | list[str] | None = None) -> int:
+        """The number of ranks along ``dims`` (all dims when None)."""
+        names = self.labels if dims is None else (dims,) if isinstance(dims, str) else dims
+        total = 1
+        for d in names:
+            if d not in self.sizes:
+                raise ValueError(f"{d!r} is not a dimension of the mesh {self.labels}")
+            total *= self.sizes[d]
+        return total
+
+    def rank(self, dims: str | tuple[str, ...] | list[str]) -> Any:
+        """A remote tensor of each rank's coordinate along ``dims`` (``rank_tensor``)."""
+        from ._fetch import rank_tensor
+
+        return rank_tensor(self, dims)
+
+    def process_group(self, dims: str | tuple[str, ...]) -> Any:
+        """The torch.distributed group over ``dims`` (``regency.process_group``)."""
+        from ._collectives import process_group
+
+        return process_group(self, dims)
+
+    def slice(self, **coords: Any) -> DeviceMesh:
+        """The device mesh of a slice of this mesh's procs (``mesh(hosts=0)`` too). Its
+        workers are its own: a tensor of this mesh moves there with ``slice_mesh``."""
+        return device_mesh_of(self.procs.slice(**coords))
+
+    __call__ = slice
+
+    def flatten(self, name: str) -> DeviceMesh:
+        """This mesh's procs with their dimensions flattened into one named ``name`` (a
+        device mesh with workers of its own)."""
+        return device_mesh_of(self.procs.flatten(name))
 
     # -- issuing ---------------------------------------------------------------------------
     def new_ref(self) -> int:
