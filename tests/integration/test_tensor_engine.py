@@ -37,6 +37,10 @@ def procs():
     procs.stop().get(timeout=T)
 
 
+def _double(t):
+    return t * 2
+
+
 def fetch(t, **coords):
     return fetch_shard(t, **coords).get(timeout=T)
 
@@ -167,10 +171,27 @@ def test_wrong_mesh_and_dropped_are_refused(procs) -> None:
             x.drop()
             with pytest.raises(TypeError, match="argument 'self' \\(args\\[0\\]\\): DROPPED"):
                 x * 2
-        with pytest.raises(TypeError, match="NO_MESH"):
+        with pytest.raises(TypeError, match="LOCAL_TENSOR"):  # outside: on its own mesh
             torch.ones(1) + elsewhere
+        with no_mesh.activate(), pytest.raises(TypeError, match="NO_MESH"):
+            elsewhere + 1
     finally:
         other.stop().get(timeout=T)
+
+
+def test_ops_outside_activate_run_on_their_tensors_mesh(procs) -> None:
+    """As Monarch's: a remote tensor carries its mesh; ops on it outside every
+    ``activate()`` run there (sent with the mesh's next flush, here the fetch)."""
+    with procs.activate():
+        z = torch.arange(4.0)
+    doubled = remote(_double, propagate=lambda t: t)
+    y = (z + 1).sum()
+    w = doubled(z)
+    assert isinstance(y, Tensor) and y.mesh is z.mesh
+    assert fetch(y, hosts=1, gpus=0).item() == 10.0
+    assert fetch(w, hosts=0, gpus=1).tolist() == [0.0, 2.0, 4.0, 6.0]
+    with pytest.raises(ValueError, match="no device mesh is active"):
+        doubled(torch.ones(1))  # no remote tensor: no mesh to run on
 
 
 def test_data_dependent_ops_are_refused(procs) -> None:

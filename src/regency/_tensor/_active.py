@@ -34,8 +34,9 @@ class Activation:
     from the call on, not only inside a ``with`` block: the end of the block, or
     :meth:`close` (``deactivate()``), makes it inactive again, flushing its ops."""
 
-    def __init__(self, mesh: Any) -> None:
+    def __init__(self, mesh: Any, flush: bool = True) -> None:
         self.mesh = mesh
+        self.flush = flush  # send the mesh's ops when it ends (not for one op outside)
         self.open = True
         _meshes.append(mesh)
         if len(_meshes) == 1:
@@ -54,7 +55,7 @@ class Activation:
             return
         self.open = False
         try:
-            if self.mesh is not None:
+            if self.mesh is not None and self.flush:
                 self.mesh.flush()
         finally:  # a flush that fails (a dead proc) still leaves the mesh inactive
             for i in range(len(_meshes) - 1, -1, -1):  # this one: the innermost of its mesh

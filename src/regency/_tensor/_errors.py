@@ -22,8 +22,9 @@ RULES = {
     "WRONG_STREAM": "the tensor belongs to another stream than the active one; use it under "
                     "its stream, or borrow it",
     "DROPPED": "the tensor was dropped (drop() or deleted); it can no longer be used",
-    "NO_MESH": "a remote tensor was used with no device mesh active; use it inside "
-               "`with mesh.activate():` of its mesh, or fetch it with fetch_shard()",
+    "NO_MESH": "a remote tensor was used under no_mesh.activate(); use it outside that "
+               "block (on its own mesh) or inside `with mesh.activate():` of its mesh, or "
+               "fetch it with fetch_shard()",
     "BORROWED": "the tensor (or a view of it) is borrowed mutably by another stream: it "
                 "cannot be used until that borrow is dropped (borrow.drop())",
     "MUTATING_BORROW": "the tensor would be written, but it is read-only while it is "

@@ -51,7 +51,7 @@ class Remote:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run on every rank; the results stay remote (tensors only)."""
-        mesh = _active.get_active_mesh()
+        mesh = mesh_for(args, kwargs)
         if self._propagate == "inspect":
             raise TypeError(f"remote {self.__name__} was declared propagate='inspect': its "
                             "results are only fetched; use .call_one() or "
@@ -96,14 +96,14 @@ class Remote:
     def call(self, *args: Any, **kwargs: Any) -> Future[Any]:
         """Run on every rank of the active mesh; a Future of the ValueMesh of the values
         (read it after leaving ``activate()``, or under ``no_mesh``, to use its tensors)."""
-        mesh = _active.get_active_mesh()
+        mesh = mesh_for(args, kwargs)
         fid = mesh.function_id(self._fn, self._spec)
         return mesh.call_values(fid, tree_map(to_ref, args),  # type: ignore[no-any-return,unused-ignore]
                                 tree_map(to_ref, kwargs))
 
     def broadcast(self, *args: Any, **kwargs: Any) -> None:
         """Run on every rank of the active mesh for its effects; nothing comes back."""
-        mesh = _active.get_active_mesh()
+        mesh = mesh_for(args, kwargs)
         fid = mesh.function_id(self._fn, self._spec)
         mesh.flush()
         mesh.workers.call_value.broadcast(fid, tree_map(to_ref, args), tree_map(to_ref, kwargs),
@@ -111,7 +111,7 @@ class Remote:
 
     def call_one(self, *args: Any, **kwargs: Any) -> Future[Any]:
         """Run on the active mesh, which must have one rank; a Future of the value."""
-        mesh = _active.get_active_mesh()
+        mesh = mesh_for(args, kwargs)
         n = 1
         for s in mesh.sizes.values():
             n *= s
@@ -119,6 +119,21 @@ class Remote:
             raise ValueError(f"call_one needs a mesh of one rank; the active mesh is {mesh!r}"
                              "; use call_on_shard_and_fetch(fn, ..., shard={...})")
         return self._call(mesh, args, kwargs, False, dict.fromkeys(mesh.labels, 0))
+
+
+def mesh_for(args: Any, kwargs: Any) -> Any:
+    """The mesh a remote function runs on: the active one, else (as Monarch's) the mesh of
+    its first remote tensor argument.
+
+    Raises:
+        ValueError: no mesh is active and no argument is a remote tensor.
+    """
+    if _active.any_active():
+        return _active.get_active_mesh()
+    for leaf in tree_leaves((args, kwargs)):
+        if isinstance(leaf, Tensor):
+            return leaf._mesh
+    return _active.get_active_mesh()  # raises, saying to activate one
 
 
 def _has_group(tree: Any) -> bool:
@@ -148,7 +163,7 @@ def call_on_shard_and_fetch(fn: Remote, *args: Any, shard: dict[str, int] | None
                             **kwargs: Any) -> Future[Any]:
     """Run ``fn`` on one rank of the active mesh (the first when ``shard`` is None) and
     fetch its value."""
-    mesh = _active.get_active_mesh()
+    mesh = mesh_for(args, kwargs)
     if _has_group((args, kwargs)) and any(s > 1 for s in mesh.sizes.values()):
         raise TypeError(f"call_on_shard_and_fetch({fn.__name__}): an argument is a process "
                         "group, whose collectives need every rank of the group, but this runs "

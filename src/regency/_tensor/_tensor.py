@@ -11,10 +11,21 @@ from typing import Any
 
 import torch
 
+from . import _active
 from ._active import Stream
 from ._errors import RULES, user_stack
 
 __all__ = ["Meta", "Tensor", "make"]
+
+
+def _mesh_of(args: Any, kwargs: Any) -> Any:
+    """The mesh of the first remote tensor among an op's arguments (None: there is none)."""
+    from torch.utils._pytree import tree_leaves
+
+    for leaf in tree_leaves((args, kwargs or {})):
+        if isinstance(leaf, Tensor):
+            return leaf._mesh
+    return None
 
 #: (shape, stride, storage_offset, dtype, device): what a value looks like
 Meta = tuple[tuple[int, ...], tuple[int, ...], int, torch.dtype, torch.device]
@@ -36,7 +47,14 @@ class Tensor(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (),  # type: ignore[override,unused-ignore]
                            kwargs: Any = None) -> Any:
-        raise TypeError(f"{func}: NO_MESH: {RULES['NO_MESH']}")
+        """An op outside every ``activate()``: it runs on the mesh of its remote tensors,
+        as Monarch's do (the ops wait in the mesh's stream for its next flush: a fetch,
+        a full batch, the end of an ``activate()`` block)."""
+        mesh = _mesh_of(args, kwargs)
+        if mesh is None or _active.any_active():
+            raise TypeError(f"{func}: NO_MESH: {RULES['NO_MESH']}")
+        with _active.Activation(mesh, flush=False):
+            return func(*args, **(kwargs or {}))
 
     def drop(self) -> None:
         """Free this value on every rank now; using the tensor afterwards is a TypeError."""
