@@ -1,9 +1,9 @@
-"""What an endpoint prints shows before the result its caller prints (``_output_fence``).
+"""What a ``this_host()`` proc prints shows before the result its caller prints
+(``_output_fence``).
 
 Whole controller programs, their stdout and stderr merged into one pipe the way a terminal
-shows them: procs of ``this_host()`` (their agent is the controller's) and procs of a real
-``regency worker`` on loopback TCP (their lines come through the worker's agent). Without
-the fence, most results overtook their lines (hundreds in 300 calls).
+shows them. Without the fence, most results overtook their lines (hundreds in 300 calls).
+Procs of a worker host are not ordered; their answers must still never be lost.
 """
 
 from __future__ import annotations
@@ -112,11 +112,34 @@ def test_lines_of_this_hosts_procs_come_before_the_results(tmp_path: Path) -> No
     check(run_merged(tmp_path, LOCAL, str(CALLS), env=env))
 
 
-def test_lines_of_a_worker_hosts_procs_come_before_the_results(tmp_path: Path) -> None:
-    env = {**os.environ, "REGENCY_SECRET": "output-order", "PYTHONUNBUFFERED": "1"}
-    with loopback_worker(env) as (worker, address):
-        check(run_merged(tmp_path, REMOTE, str(CALLS), address, env=env))
-        assert worker.wait(timeout=30) == 0  # shutdown() made it exit
+NOISY = ACTORS.replace("class Async(Actor):", """
+import os, threading, time
+
+def noise():  # a subprocess or C code writing to fd 1 behind sys.stdout's back
+    while True:
+        os.write(1, b"noise " * 15 + b"\\n")
+        time.sleep(0.0002)  # a steady stream, not a flood
+
+class Async(Actor):
+    def __init__(self):
+        threading.Thread(target=noise, daemon=True).start()
+""") + """
+from regency.actor import this_host
+procs = this_host().spawn_procs(per_host={"gpus": 2})
+drive(procs, int(sys.argv[1]))
+procs.stop().get()
+"""
+
+
+def test_a_pipe_another_writer_keeps_full_still_orders_the_lines(tmp_path: Path) -> None:
+    """The unread count of the pipe never drops to zero; one read of the agent is enough."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    out = run_merged(tmp_path, NOISY, str(CALLS), env=env)
+    # unbuffered (PYTHONUNBUFFERED), print's "inside 3" and "\n" are two writes: a noise
+    # line may land between them, and the rest of the line comes as a line of its own
+    kept = [re.sub(r"(noise )+$", "", ln) for ln in out.splitlines()
+            if not re.fullmatch(r"\[[^\]]*\] (noise )*", ln)]
+    check("\n".join(kept))
 
 
 ENDINGS = """
@@ -137,7 +160,7 @@ class P(Actor):
         raise SystemExit(3)  # the actor fails: a supervision event follows the answer
 
 ra.unhandled_fault_hook = lambda failure: None
-hosts = attach_to_workers([sys.argv[1]])
+hosts = attach_to_workers([sys.argv[1]]) if sys.argv[1:] else ra.this_host()
 for k, how in enumerate(["exit", "raise"] * 3):
     procs = hosts.spawn_procs(per_host={"gpus": 1})
     m = procs.spawn("p", P)
@@ -153,17 +176,24 @@ for k, how in enumerate(["exit", "raise"] * 3):
         procs.stop().get(timeout=30)
     except Exception:
         pass
-hosts.shutdown()
+if sys.argv[1:]:
+    hosts.shutdown()
 """
 
 
-def test_an_answer_given_just_before_a_proc_ends_is_delivered(tmp_path: Path) -> None:
-    """The answer of a printing call goes through the worker's agent; a crash or an actor
-    failure right after it must neither lose it nor overtake it."""
+@pytest.mark.parametrize("where", ["this_host", "worker"])
+def test_an_answer_given_just_before_a_proc_ends_is_delivered(tmp_path: Path,
+                                                              where: str) -> None:
+    """A printing call answered, then the proc crashes or the actor fails at once: the
+    answer is neither lost nor overtaken by the failure (a first design held answers in
+    the proc and lost them)."""
     env = {**os.environ, "REGENCY_SECRET": "output-order", "PYTHONUNBUFFERED": "1"}
-    with loopback_worker(env) as (worker, address):
-        out = run_merged(tmp_path, ENDINGS, address, env=env)
-        assert worker.wait(timeout=30) == 0
+    if where == "worker":
+        with loopback_worker(env) as (worker, address):
+            out = run_merged(tmp_path, ENDINGS, address, env=env)
+            assert worker.wait(timeout=30) == 0
+    else:
+        out = run_merged(tmp_path, ENDINGS, env=env)
     assert [ln for ln in out.splitlines() if ln.startswith("answer")] \
         == [f"answer {k}" for k in range(6)], out
     assert out.count("ended SupervisionError") == 6, out

@@ -1,101 +1,31 @@
-"""A proc's replies never leave before the lines it printed (``_output_fence``).
+"""A ``this_host()`` proc's replies wait for the lines it printed (``_output_fence``).
 
-The fence is driven here with a stand-in for the proc's runtime that records what it would
-send; the pipes are real pipes, the guards real ``LineGuard`` objects.
+The pipes are real pipes, the agent a thread that reads them, the guards real
+``LineGuard`` objects.
 """
 
 from __future__ import annotations
 
-import asyncio
 import io
 import os
-import pickle
 import sys
 import threading
-from typing import Any
 
 import pytest
 
 from regency._runtime import _output, _output_fence
 from regency._runtime._output import LineGuard
-from regency._runtime._output_fence import Fence, Marked, RelayFrame
-
-CALLER = "tcp:10.0.0.1:5000"
+from regency._runtime._output_fence import Fence, Marked
 
 
-class StandIn:
-    """What a :class:`Fence` uses of a runtime: it records the frames relayed."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.address = "tcp:10.0.0.2:6000"
-        self.host_agent = "tcp:10.0.0.2:7000"
-        self.relayed: list[RelayFrame] = []
-        self.on_send: Any = None  # run inside send_sys, as a __del__ might
-
-    def send_sys(self, to: str, msg: Any) -> None:
-        assert isinstance(msg, RelayFrame) and to == self.host_agent
-        assert msg.proc == self.address
-        if self.on_send is not None:
-            self.on_send()
-        self.relayed.append(msg)
+def send(fence: Fence) -> None:
+    """What ``Runtime.send_reply`` does with the fence before it sends."""
+    if fence.written != fence.drained:
+        fence.wait_out()
 
 
-@pytest.fixture
-def rt() -> Any:
-    stand_in = StandIn()
-    yield stand_in
-    stand_in.loop.close()
-
-
-def send(fence: Fence, name: str, to: str = CALLER) -> bool:
-    """What ``Runtime.send_reply`` does with the fence: True when the fence took it."""
-    if fence.written == fence.drained and not fence.waiting:
-        return False
-    return fence.hold(to, [name.encode()])
-
-
-def relayed(rt: Any) -> list[tuple[int, str, bytes]]:
-    return [(m.seq, m.to, bytes(m.parts[0])) for m in rt.relayed]
-
-
-def test_a_reply_after_no_print_goes_straight_to_its_caller(rt: Any) -> None:
-    fence = Fence(rt)
-    assert not send(fence, "r1")
-    assert rt.relayed == [] and not fence.waiting
-
-
-def test_a_reply_after_a_print_goes_through_the_agent_and_so_does_what_follows(
-        rt: Any) -> None:
-    fence = Fence(rt)
-    fence.wrote()
-    assert send(fence, "r1")
-    assert fence.drained == fence.written == 1 and fence.waiting
-    assert send(fence, "r2")  # printed nothing, but must not overtake r1
-    assert fence.hold("unix:@owner", [b"failed"])  # a system message likewise
-    assert relayed(rt) == [(1, CALLER, b"r1"), (2, CALLER, b"r2"),
-                           (3, "unix:@owner", b"failed")]
-    fence.passed_on(2)
-    assert fence.waiting  # the third is still on its way
-    fence.passed_on(3)
-    fence.passed_on(1)  # a late answer changes nothing
-    assert not fence.waiting and fence.acked == 3
-    assert not send(fence, "r4")  # straight again
-
-
-def test_the_frame_is_relayed_without_a_copy(rt: Any) -> None:
-    fence = Fence(rt)
-    fence.wrote()
-    payload = bytearray(b"big payload")
-    assert fence.hold(CALLER, [b"header", payload])
-    parts = rt.relayed[0].parts
-    assert all(isinstance(p, pickle.PickleBuffer) for p in parts)
-    payload[:3] = b"BIG"
-    assert bytes(parts[1]) == b"BIG payload"  # a view of the caller's buffer
-
-
-def test_marked_streams_count_writes_and_pass_everything_else_on(rt: Any) -> None:
-    fence = Fence(rt)
+def test_marked_streams_count_writes_and_pass_everything_else_on() -> None:
+    fence = Fence([])
     buffer = io.StringIO()
     stream = Marked(buffer, fence)  # type: ignore[arg-type]
     assert fence.written == 0
@@ -106,11 +36,11 @@ def test_marked_streams_count_writes_and_pass_everything_else_on(rt: Any) -> Non
     assert fence.written == 3 and buffer.getvalue() == "hello\na\nb\n"
 
 
-def test_a_write_is_counted_only_once_it_is_done(rt: Any) -> None:
+def test_a_write_is_counted_only_once_it_is_done() -> None:
     """Counted before it was done, a write could be taken as covered by a flush another
     thread made meanwhile, before its bytes: the reply after it then overtook the line
     (seen once in 80 runs of tests/system/test_output_order.py)."""
-    fence = Fence(rt)
+    fence = Fence([])
     seen: list[int] = []
 
     class Stream(io.StringIO):
@@ -122,44 +52,22 @@ def test_a_write_is_counted_only_once_it_is_done(rt: Any) -> None:
     assert seen == [0] and fence.written == 1
 
 
-def test_a_print_while_a_frame_is_relayed_does_not_deadlock(rt: Any) -> None:
-    """The garbage collector may run a ``__del__`` that prints, or a signal handler may
-    print, on the thread that is relaying a frame (its locks held)."""
-    fence = Fence(rt)
-    stream = Marked(io.StringIO(), fence)  # type: ignore[arg-type]
-    rt.on_send = lambda: print("from __del__", file=stream)  # type: ignore[arg-type]
-    fence.wrote()
-    done = threading.Event()
-    relaying = threading.Thread(target=lambda: (send(fence, "r1"), done.set()))
-    relaying.start()
-    relaying.join(timeout=30)
-    assert done.is_set()
-    assert fence.written == 3 and fence.drained == 1  # the print inside came after the count
+def test_a_reply_after_no_print_does_not_wait() -> None:
+    fence = Fence([])
+    send(fence)  # nothing written: no flush, no wait
+    assert fence.written == fence.drained == 0
 
 
-def test_a_forked_child_gets_fresh_locks(rt: Any) -> None:
-    fence = Fence(rt)
-    old = fence._lock
-    fence._lock.acquire()  # another thread held it at the fork
-    fence.after_fork()
-    assert fence._lock is not old
-    with fence._lock, fence._counting:
-        pass
-    old.release()
-
-
-def test_a_local_proc_waits_until_its_agent_has_read_its_pipe(rt: Any) -> None:
+def test_a_reply_waits_until_the_agent_has_read_the_pipe() -> None:
     r, w = os.pipe()
     try:
-        fence = Fence(rt)
-        fence.pipes = [w]
+        fence = Fence([w])
         os.write(w, b"printed\n")
-        got: list[bytes] = []
-        reader = threading.Thread(target=lambda: got.append(os.read(r, 100)))
-        reader.start()  # the agent
         fence.wrote()
-        assert not send(fence, "r1")  # returned once the pipe was read: send it now
-        assert rt.relayed == []  # nothing relayed: the pipe says it all
+        got: list[bytes] = []
+        reader = threading.Thread(target=lambda: got.append(os.read(r, 1 << 16)))
+        reader.start()  # the agent
+        send(fence)  # returns once the pipe was read
         reader.join(timeout=30)
         assert got == [b"printed\n"] and fence.drained == fence.written == 1
     finally:
@@ -167,19 +75,59 @@ def test_a_local_proc_waits_until_its_agent_has_read_its_pipe(rt: Any) -> None:
         os.close(w)
 
 
-def test_a_pipe_nobody_reads_holds_a_reply_back_only_so_long(
-        rt: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_output_fence, "TIMEOUT_S", 0.05)
+def test_a_pipe_refilled_by_another_writer_ends_the_wait_once_it_was_read(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A subprocess writing to the proc's stdout keeps the pipe from staying empty; one
+    read of the agent takes what was there, so a drop in the unread count is enough (the
+    wait would otherwise last until the deadline, here the test's own timeout)."""
+    monkeypatch.setattr(_output_fence, "TIMEOUT_S", 600.0)
     r, w = os.pipe()
     try:
-        fence = Fence(rt)
-        fence.pipes = [w]
-        os.write(w, b"nobody reads this\n")
+        fence = Fence([w])
+        os.write(w, b"printed\n" + b"x" * 1000)
         fence.wrote()
-        assert not send(fence, "r1")  # given up: order is lost, the reply is not
+        done = threading.Event()
+
+        def agent_and_subprocess() -> None:
+            while not done.is_set():
+                os.read(r, 1 << 16)  # everything there
+                os.write(w, b"y" * 100)  # and more comes at once
+
+        agent = threading.Thread(target=agent_and_subprocess)
+        agent.start()
+        try:
+            send(fence)
+        finally:
+            done.set()
+            agent.join(timeout=30)
+        assert fence.drained == 1
     finally:
         os.close(r)
         os.close(w)
+
+
+def test_a_pipe_nobody_reads_holds_a_reply_back_only_so_long(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_output_fence, "TIMEOUT_S", 0.05)
+    r, w = os.pipe()
+    try:
+        fence = Fence([w])
+        os.write(w, b"nobody reads this\n")
+        fence.wrote()
+        send(fence)  # given up: order is lost, the reply is not
+        assert fence.drained == 1
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_a_print_inside_a_write_does_not_deadlock() -> None:
+    """A ``__del__`` or a signal handler may print on a thread inside ``wrote()``."""
+    fence = Fence([])
+    stream = Marked(io.StringIO(), fence)  # type: ignore[arg-type]
+    with fence._counting:  # as if inside wrote() on this thread
+        print("from __del__", file=stream)  # type: ignore[arg-type]
+    assert fence.written == 2
 
 
 def test_the_scripts_writes_wait_while_the_agent_holds_their_stream(

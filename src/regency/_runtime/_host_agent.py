@@ -45,7 +45,6 @@ from .._wire._messages import (
     StopProcs,
 )
 from . import _aggregate, _output, _proclog
-from ._output_fence import RelayAck, RelayFrame
 from ._runtime import Runtime
 
 log = logging.getLogger("regency.host")
@@ -224,7 +223,6 @@ class HostAgent:
         runtime.handle(ProcReady, self._on_proc_ready)
         runtime.handle(StopProcs, self._on_stop_procs)
         runtime.handle(Resolve, self._on_resolve)
-        runtime.handle(RelayFrame, self._on_relay_frame)
         self.advertise_host = ""  # set on workers: procs listen on tcp at this host
         self.forward_to = ""  # set on workers: the controller that gets the procs' output
         self._resolving: dict[str, list[PortRef]] = {}
@@ -437,17 +435,6 @@ class HostAgent:
             self.rt.send_sys(self.forward_to, ProcOutput(rec.label, kind, text, rec.addr))
             return
         write_lines(rec.label, kind, text)
-
-    def _on_relay_frame(self, msg: RelayFrame) -> None:
-        """A proc's reply (or what follows one) that must not overtake the lines it printed
-        (``_output_fence``): pass on what its pipes hold, then the frame. To the controller,
-        the frame goes on the connection the lines went on, behind them."""
-        rec = self.procs.get(msg.proc)
-        if rec is not None:
-            for fd, stream in open_pipes(rec):
-                self._read_rest(rec, fd, stream)
-        self.rt.send_frame(msg.to, [bytes(part) for part in msg.parts])  # ours until sent
-        self.rt.send_sys(msg.proc, RelayAck(msg.seq))
 
     def _close_pipe(self, rec: ProcRecord, fd: int, stream: TextIO) -> None:
         self.rt.loop.remove_reader(fd)

@@ -1,30 +1,26 @@
-"""A proc's printed lines reach the controller's terminal before the reply that follows them.
+"""A ``this_host()`` proc's printed lines reach the terminal before the reply after them.
 
 A proc's ``stdout`` and ``stderr`` are pipes that its host agent reads, prefixes and
-forwards (on a worker, as ``ProcOutput`` to the controller); its replies go straight to the
-caller. The two paths race, so ``print`` in an endpoint could show *after* the caller had
-printed the result. Here a reply never leaves before the lines printed before it.
-:class:`Marked` counts each write to ``sys.stdout`` or ``sys.stderr`` once it is done; a
-reply sent while some are not known to be out flushes both streams into their pipes, then:
+writes to the controller's terminal; its replies go straight to the caller. The two paths
+race, so ``print`` in an endpoint could show *after* the caller had printed the result.
 
-* *The host agent is the controller's* (its ``this_host()`` procs): the reply waits until
-  the pipes are empty (``FIONREAD``), which a proc can see for itself. The agent reads a
-  pipe and writes its lines holding the lock of the controller's stream they go to
-  (``_output.held``), so the script's next ``print`` to it, which takes that lock too,
-  comes after them. About one wake-up of the controller's loop per printing call.
-* *A worker's agent*: the reply goes to the agent instead, as a :class:`RelayFrame`. The
-  agent reads the pipes dry, forwards their lines to the controller, then sends the reply
-  on; to the controller it travels behind the lines, on one connection, in order. Until
-  the agent says it has passed on every frame relayed so far (:class:`RelayAck`), what the
-  proc sends next (replies, system messages) takes the same way, so nothing overtakes a
-  relayed reply. The proc keeps nothing back: a proc that dies right after answering has
-  its answer delivered all the same.
+For the procs whose agent is the controller's own (``this_host()``), a reply does not leave
+while lines printed before it may still be in the pipes. :class:`Marked` counts each write
+to ``sys.stdout`` or ``sys.stderr`` once it is done; a reply sent while some writes are not
+known to be out flushes both streams into their pipes and waits until the agent has read
+them (``FIONREAD``, which the writer can ask: the pipe is empty, or it went down, since one
+read of the agent takes up to a whole pipe's capacity). The agent reads a pipe and writes
+its lines holding the lock of the controller's stream they go to (``_output.held``), so the
+script's next ``print`` there, which takes that lock too, comes after them. About one
+wake-up of the controller's loop per printing call; a reply that follows no print costs
+one comparison. A wait longer than :data:`TIMEOUT_S` (a stuck agent) lets the reply go:
+order is given up, never a reply.
 
-A reply that follows no print costs one attribute test. The wait for a local agent is
-bounded by :data:`TIMEOUT_S` (a busy or stopped agent): order is given up, never a reply.
-What bypasses ``sys.stdout`` (C code writing to fd 1, a subprocess) is ordered only if it
-reached the pipe first; a line without its newline waits for the newline; calls an actor
-makes (not replies) are not ordered after its output.
+Procs of worker hosts are not ordered (ADR 0038: relaying their replies through the
+worker's agent was tried and had to wait for the destination to confirm each frame to be
+correct). What bypasses ``sys.stdout`` (C code writing to fd 1, a subprocess,
+``sys.stdout.buffer``) is ordered only if it reached the pipe first; a line without its
+newline waits for the newline.
 """
 
 from __future__ import annotations
@@ -33,47 +29,24 @@ import array
 import fcntl
 import logging
 import os
-import pickle
 import stat
 import sys
 import termios
 import threading
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
 from .. import config
-from .._wire._messages import SystemMessage, system_message
 
 if TYPE_CHECKING:
     from ._runtime import Runtime
 
-__all__ = ["Fence", "Marked", "RelayAck", "RelayFrame", "install"]
+__all__ = ["Fence", "Marked", "install"]
 
 log = logging.getLogger("regency.output")
 
 #: Seconds a reply may wait for the controller's agent to read this proc's pipes.
 TIMEOUT_S = 1.0
-
-
-@system_message("relay_frame")
-@dataclass(slots=True)
-class RelayFrame(SystemMessage):
-    """From a proc to its host agent: pass on the lines the proc printed so far, then send
-    ``parts`` (an encoded frame) to ``to``, and answer ``RelayAck(seq)``."""
-
-    proc: str
-    to: str
-    seq: int
-    parts: list[Any]  # pickle.PickleBuffer each when sent: out of band, not copied
-
-
-@system_message("relay_ack")
-@dataclass(slots=True)
-class RelayAck(SystemMessage):
-    """To a proc: its host agent has sent on every frame relayed up to ``seq``."""
-
-    seq: int
 
 
 class Marked:
@@ -100,66 +73,37 @@ class Marked:
 
 
 class Fence:
-    """Orders a proc's replies after the output printed before them (any thread).
+    """A proc's replies wait for the output printed before them (any thread).
 
-    Writes are counted once done (``written``); ``drained`` is the count known to be out
-    (read from the pipes, or behind a relayed frame). A count taken before a flush covers
-    every write counted in it, whichever thread wrote it.
+    Writes are counted once done (``written``); ``drained`` is the count known to be read
+    by the agent. A count taken before a flush covers every write counted in it, whichever
+    thread wrote it (counted before the write was done, a write could be taken as covered
+    by another thread's flush that came before its bytes).
     """
 
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
+    def __init__(self, pipes: list[int]) -> None:
         self.written = 0  # writes to sys.stdout and sys.stderr done
-        self.drained = 0  # writes whose lines are out, or go out before what is sent next
-        self.waiting = False  # frames relayed and not yet passed on: later ones follow them
-        self.relayed = 0  # frames relayed through the host agent
-        self.acked = 0  # ... of which the agent has passed on so many
-        # our stdout and stderr pipes, when the agent reading them is the controller's
-        self.pipes: list[int] = []
-        # Re-entrant: the garbage collector (a __del__) or a signal handler may print, or
-        # send, on a thread that holds them. ``_counting`` guards ``written`` alone.
+        self.drained = 0  # writes whose bytes the agent has read
+        self.pipes = pipes  # our stdout and stderr pipes (write ends: fds 1 and 2)
+        # re-entrant: a __del__ or a signal handler may print on a thread inside wrote()
         self._counting = threading.RLock()
-        self._lock = threading.RLock()
 
     def wrote(self) -> None:
         """Count one write, done (any thread)."""
         with self._counting:
             self.written += 1
 
-    def hold(self, to: str, frame: list[Any]) -> bool:
-        """Called for a frame to ``to`` while some output may not be out, or frames are
-        relayed: True when it took the frame (it goes through the host agent), False
-        when the caller sends it as usual (after the wait for a local agent)."""
-        if self.pipes:  # our agent writes to the controller's terminal: wait for it to read
-            target = self.written
-            _flush()
-            _wait_read(self.pipes)
-            with self._lock:
-                self.drained = max(self.drained, target)
-            return False
-        with self._lock:
-            target = self.written
-            if target <= self.drained and not self.waiting:
-                return False
-            _flush()  # what the count covers is in the pipes before the agent hears of it
-            self.drained = max(self.drained, target)
-            self.relayed += 1
-            self.waiting = True
-            rt = self.rt
-            parts = [pickle.PickleBuffer(part) for part in frame]
-            rt.send_sys(rt.host_agent, RelayFrame(rt.address, to, self.relayed, parts))
-            return True
-
-    def passed_on(self, seq: int) -> None:
-        """The agent sent on every frame relayed up to ``seq`` (loop thread)."""
-        with self._lock:
-            self.acked = max(self.acked, seq)
-            self.waiting = self.relayed > self.acked
+    def wait_out(self) -> None:
+        """Before a reply: flush, and return once the agent has read what was written."""
+        target = self.written
+        _flush()
+        _wait_read(self.pipes)
+        if target > self.drained:  # a stale smaller value from a racing thread only
+            self.drained = target  # makes a later reply wait once more
 
     def after_fork(self) -> None:
-        """In a child forked by a proc: locks another thread may have held are new."""
+        """In a child forked by a proc: a lock another thread may have held is new."""
         self._counting = threading.RLock()
-        self._lock = threading.RLock()
 
 
 def _flush() -> None:
@@ -172,18 +116,23 @@ def _flush() -> None:
 
 
 def _wait_read(fds: list[int]) -> None:
-    """Return once the pipes ``fds`` hold no unread bytes (or after :data:`TIMEOUT_S`)."""
+    """Return once the agent has read each pipe of ``fds`` since the call: it is empty, or
+    its unread count went down (a read takes up to the whole pipe, so what was in it then
+    is read, whatever a subprocess writes meanwhile); after :data:`TIMEOUT_S` at most."""
     count = array.array("i", [0])
     deadline = 0.0
     turns = 0
     for fd in fds:
+        last = -1
         while True:
             try:
                 fcntl.ioctl(fd, termios.FIONREAD, count, True)
             except OSError:
                 break
-            if not count[0]:
+            now_unread = count[0]
+            if not now_unread or 0 <= now_unread < last:
                 break
+            last = now_unread
             now = time.monotonic()
             if not deadline:
                 deadline = now + TIMEOUT_S
@@ -211,18 +160,21 @@ def _pipes() -> list[int]:
 
 def install(rt: Runtime) -> Fence | None:
     """Order ``rt``'s replies after this proc's printed output (a proc, before it serves;
-    ``rt.root`` and ``rt.host_agent`` set). None when ``order_output`` or log forwarding
-    is off."""
+    ``rt.root`` and ``rt.host_agent`` set). None, and nothing wrapped, unless the proc's
+    agent is the controller's, ``order_output`` and log forwarding are on, and a stream is
+    a pipe."""
     if not (config.get("order_output") and config.get("enable_log_forwarding")):
         return None
-    fence = Fence(rt)
-    if rt.host_agent == rt.root:  # the controller's own agent reads our pipes
-        fence.pipes = _pipes()
+    if rt.host_agent != rt.root:  # a worker's agent: not ordered (see the module's doc)
+        return None
+    pipes = _pipes()
+    if not pipes:
+        return None
+    fence = Fence(pipes)
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
         if stream is not None and not isinstance(stream, Marked):
             setattr(sys, name, Marked(stream, fence))
-    rt.handle(RelayAck, lambda msg: fence.passed_on(msg.seq))
     os.register_at_fork(after_in_child=fence.after_fork)
     rt.output_fence = fence
     return fence

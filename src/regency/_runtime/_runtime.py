@@ -156,7 +156,7 @@ class Runtime:
         # _loop_spin.LoopSpin in a proc (``loop_spin``): its loop polls a moment after each
         # frame it handles before it sleeps; None elsewhere
         self.loop_spin: Any = None
-        # _output_fence.Fence in a proc: replies wait for the lines printed before them
+        # _output_fence.Fence in a this_host() proc: replies wait for the lines printed first
         self.output_fence: Fence | None = None
 
     # -- threads ---------------------------------------------------------------------------
@@ -251,27 +251,15 @@ class Runtime:
         data, buffers = dumps(value)
         frame = [encode_reply(port[1], rank, status), data, *buffers]
         fence = self.output_fence
-        if (fence is not None and (fence.written != fence.drained or fence.waiting)
-                and fence.hold(port[0], frame)):
-            return  # relayed behind the lines printed before it (_output_fence)
+        if fence is not None and fence.written != fence.drained:
+            fence.wait_out()  # the lines printed before it go first (_output_fence)
         if not self.lines.send(port[0], frame, False):  # no open connection: the general way
             self.post(port[0], frame)
-
-    def send_frame(self, addr: str, frame: Frame) -> None:
-        """Send an encoded frame to ``addr``, from any thread: an open connection's writer,
-        else the general way (:meth:`post`)."""
-        if not self.lines.send(addr, frame, False):
-            self.post(addr, frame)
 
     def send_sys(self, to: str, msg: SystemMessage) -> None:
         """Send a system message to the runtime at ``to``, from any thread."""
         data, buffers = dumps(msg)
-        frame = [system_header(msg.KIND), data, *buffers]
-        fence = self.output_fence
-        if (fence is not None and fence.waiting and to != self.host_agent
-                and fence.hold(to, frame)):
-            return  # behind a reply relayed through the host agent (_output_fence)
-        self.post(to, frame)
+        self.post(to, [system_header(msg.KIND), data, *buffers])
 
     def handle(self, kind: type[M], handler: Callable[[M], None]) -> None:
         """Make ``handler`` the handler of the system messages of class ``kind`` here."""
