@@ -259,6 +259,9 @@ class Runtime:
     def send_sys(self, to: str, msg: SystemMessage) -> None:
         """Send a system message to the runtime at ``to``, from any thread."""
         data, buffers = dumps(msg)
+        fence = self.output_fence
+        if fence is not None and fence.written != fence.drained:
+            fence.wait_out()  # an actor's failure after its last lines (_output_fence)
         self.post(to, [system_header(msg.KIND), data, *buffers])
 
     def handle(self, kind: type[M], handler: Callable[[M], None]) -> None:
