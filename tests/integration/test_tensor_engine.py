@@ -119,6 +119,11 @@ def test_fetch_needs_every_dim(procs) -> None:
         x = torch.zeros(1)
     with pytest.raises(ValueError, match="missing \\['gpus'\\]"):
         fetch_shard(x, hosts=0)
+    with pytest.raises(KeyError, match="unknown \\['zz'\\]") as unknown:  # Monarch's type
+        fetch_shard(x, hosts=0, gpus=0, zz=1)
+    assert isinstance(unknown.value, ValueError)  # and regency's earlier one
+    with pytest.raises(KeyError, match="not dims of the mesh"):
+        reduce(x, "zz")
     assert fetch(x).tolist() == [0.0]  # no coordinates: the first rank
 
 

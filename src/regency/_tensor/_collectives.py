@@ -13,6 +13,7 @@ import torch
 from torch.utils._pytree import tree_map
 
 from ._dispatch import fake_of, fake_only, issue_python
+from ._errors import NotADim
 from ._mesh import _coalescing
 from ._messages import GroupRef
 from ._tensor import Tensor
@@ -27,7 +28,7 @@ def _dims(mesh: Any, dims: str | tuple[str, ...] | list[str]) -> tuple[str, ...]
     got = (dims,) if isinstance(dims, str) else tuple(dims)
     unknown = [d for d in got if d not in mesh.sizes]
     if unknown:
-        raise ValueError(f"reduce over {unknown}: not dims of the mesh {mesh.labels}")
+        raise NotADim(f"reduce over {unknown}: not dims of the mesh {mesh.labels}")
     return tuple(d for d in mesh.labels if d in got) if got else mesh.labels
 
 

@@ -7,7 +7,8 @@ import traceback
 from collections.abc import Sequence
 from types import CodeType
 
-__all__ = ["RULES", "Frames", "RemoteException", "bad_arguments", "format_frames", "user_stack"]
+__all__ = ["RULES", "Frames", "NotADim", "RemoteException", "bad_arguments", "format_frames",
+           "user_stack"]
 
 #: (code, line) pairs of the controller frames where an op was issued, innermost first.
 Frames = tuple[tuple[CodeType, int], ...]
@@ -31,6 +32,14 @@ RULES = {
                        "borrowed: it is lent to another stream, or it is an immutable borrow "
                        "(drop the borrow first, or borrow it with mutable=True)",
 }
+
+
+class NotADim(KeyError, ValueError):
+    """A dimension name the mesh does not have: a ``KeyError`` (Monarch's, for
+    ``fetch_shard`` and ``reduce``) and a ``ValueError`` (regency's earlier error)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 def bad_arguments(where: str, problems: Sequence[tuple[str, ...]]) -> TypeError:

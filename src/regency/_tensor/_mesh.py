@@ -27,7 +27,7 @@ from .._runtime._completion import Completion
 from ..errors import SupervisionError
 from . import _active, _unfetched
 from ._devices import host_ranks, local_rank
-from ._errors import Frames, RemoteException, format_frames
+from ._errors import Frames, NotADim, RemoteException, format_frames
 from ._messages import DEFINE, DELETE, OP, WorkerError
 from ._worker import TensorWorker
 
@@ -263,8 +263,9 @@ class DeviceMesh:
         missing = [d for d in self.labels if d not in coords]
         extra = [d for d in coords if d not in self.sizes]
         if missing or extra:
-            raise ValueError(f"fetch_shard needs a coordinate for every mesh dim {self.labels}"
-                             f"; missing {missing}, unknown {extra}")
+            error = NotADim if extra else ValueError  # as Monarch's: KeyError, ValueError
+            raise error(f"fetch_shard needs a coordinate for every mesh dim {self.labels}"
+                        f"; missing {missing}, unknown {extra}")
         r = 0
         for d in self.labels:
             c = coords[d]
