@@ -208,30 +208,3 @@ def test_ordering_can_be_turned_off_and_nothing_is_lost(tmp_path: Path, setting:
         assert len([ln for ln in out.splitlines() if re.search(r"inside \d+$", ln)]) \
             == 3 * CALLS + 2
 
-
-LAST_WORDS = """
-import sys
-from regency.actor import Actor, endpoint, this_host
-
-class Quitter(Actor):
-    @endpoint
-    def quit(self) -> None:
-        print("last words")
-        raise SystemExit(3)  # the actor fails; its failure goes up as a system message
-
-procs = this_host().spawn_procs(per_host={"gpus": 1})
-procs.spawn("quitter", Quitter).quit.broadcast()  # no reply: only the failure follows
-procs.spawn("other", Quitter).quit.call_one().get(timeout=60)  # never answered
-"""
-
-
-def test_an_actors_last_lines_come_before_the_report_of_its_failure(tmp_path: Path) -> None:
-    script = tmp_path / "script.py"
-    script.write_text(textwrap.dedent(LAST_WORDS))
-    run = subprocess.run([sys.executable, str(script)], cwd=tmp_path, text=True,
-                         env={**os.environ, "PYTHONUNBUFFERED": "1"}, timeout=120,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    lines = run.stdout.splitlines()
-    last = next(k for k, ln in enumerate(lines) if ln.endswith("] last words"))
-    report = next(k for k, ln in enumerate(lines) if "SystemExit" in ln)
-    assert run.returncode != 0 and last < report, run.stdout
