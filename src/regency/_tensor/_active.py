@@ -67,12 +67,6 @@ class Activation:
                     leave()
 
 
-def pushed(mesh: Any) -> Activation:
-    """Make ``mesh`` (or None) the active mesh now, until the activation is closed (the end
-    of its ``with`` block); enters the dispatch mode."""
-    return Activation(mesh)
-
-
 def get_active_mesh() -> Any:
     """The active device mesh.
 
@@ -90,7 +84,7 @@ class _NoMesh:
 
     def activate(self) -> Activation:
         """No device mesh is active from now until the end of the ``with`` block."""
-        return pushed(None)
+        return Activation(None)
 
     def __repr__(self) -> str:
         return "no_mesh"

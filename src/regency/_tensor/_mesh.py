@@ -105,7 +105,7 @@ class DeviceMesh:
     def activate(self) -> _active.Activation:
         """Torch ops run on every rank of this mesh from now on: until the end of the
         ``with`` block this is used in, or :meth:`deactivate`."""
-        self._activation = _active.pushed(self)
+        self._activation = _active.Activation(self)
         return self._activation
 
     def deactivate(self) -> None:

@@ -14,7 +14,7 @@ from . import _active
 from ._dispatch import _fakes, fake_only, issue_python
 from ._extras import function_resolvers
 from ._messages import GroupRef, Ref
-from ._tensor import Tensor
+from ._tensor import Tensor, mesh_of_arguments
 from ._worker import TensorMeta
 
 __all__ = ["Remote", "call_on_shard_and_fetch", "remote"]
@@ -130,10 +130,8 @@ def mesh_for(args: Any, kwargs: Any) -> Any:
     """
     if _active.any_active():
         return _active.get_active_mesh()
-    for leaf in tree_leaves((args, kwargs)):
-        if isinstance(leaf, Tensor):
-            return leaf._mesh
-    return _active.get_active_mesh()  # raises, saying to activate one
+    mesh = mesh_of_arguments(args, kwargs)
+    return mesh if mesh is not None else _active.get_active_mesh()  # that raises: activate
 
 
 def _has_group(tree: Any) -> bool:

@@ -10,22 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_leaves
 
 from . import _active
 from ._active import Stream
 from ._errors import RULES, user_stack
 
-__all__ = ["Meta", "Tensor", "make"]
-
-
-def _mesh_of(args: Any, kwargs: Any) -> Any:
-    """The mesh of the first remote tensor among an op's arguments (None: there is none)."""
-    from torch.utils._pytree import tree_leaves
-
-    for leaf in tree_leaves((args, kwargs or {})):
-        if isinstance(leaf, Tensor):
-            return leaf._mesh
-    return None
+__all__ = ["Meta", "Tensor", "make", "mesh_of_arguments"]
 
 #: (shape, stride, storage_offset, dtype, device): what a value looks like
 Meta = tuple[tuple[int, ...], tuple[int, ...], int, torch.dtype, torch.device]
@@ -50,7 +41,7 @@ class Tensor(torch.Tensor):
         """An op outside every ``activate()``: it runs on the mesh of its remote tensors,
         as Monarch's do (the ops wait in the mesh's stream for its next flush: a fetch,
         a full batch, the end of an ``activate()`` block)."""
-        mesh = _mesh_of(args, kwargs)
+        mesh = mesh_of_arguments(args, kwargs)
         if mesh is None or _active.any_active():
             raise TypeError(f"{func}: NO_MESH: {RULES['NO_MESH']}")
         with _active.Activation(mesh, flush=False):
@@ -197,6 +188,14 @@ for _name in ("add", "sub", "mul", "div"):
     setattr(Tensor, f"__i{'truediv' if _name == 'div' else _name}__",
             _binary(f"__i{_name}__", _inplace, False))
 Tensor.__hash__ = torch.Tensor.__hash__  # type: ignore[method-assign,assignment,unused-ignore]
+
+
+def mesh_of_arguments(args: Any, kwargs: Any) -> Any:
+    """The mesh of the first remote tensor among a call's arguments (None: there is none)."""
+    for leaf in tree_leaves((args, kwargs or {})):
+        if isinstance(leaf, Tensor):
+            return leaf._mesh
+    return None
 
 
 def make(mesh: Any, stream: Stream, ref: int, meta: Meta, fake: Any) -> Tensor:
