@@ -1,5 +1,5 @@
 """What a ``this_host()`` proc prints shows before the result its caller prints
-(``_output_fence``).
+(``_output_fence``), and each line a proc's threads print arrives whole (``_whole_lines``).
 
 Whole controller programs, their stdout and stderr merged into one pipe the way a terminal
 shows them. Without the fence, most results overtook their lines (hundreds in 300 calls).
@@ -68,7 +68,8 @@ hosts.shutdown()
 CALLS = 40
 
 
-def run_merged(tmp_path: Path, source: str, *args: str, env: dict[str, str]) -> str:
+def run_merged(tmp_path: Path, source: str, *args: str, env: dict[str, str],
+               code: int = 0) -> str:
     script = tmp_path / "script.py"
     script.write_text(textwrap.dedent(source))
     proc = subprocess.Popen([sys.executable, str(script), *args], cwd=tmp_path, env=env,
@@ -80,7 +81,7 @@ def run_merged(tmp_path: Path, source: str, *args: str, env: dict[str, str]) -> 
         os.killpg(proc.pid, 9)
         out, _ = proc.communicate()
         raise AssertionError("the script timed out:\n" + out) from None
-    assert proc.returncode == 0, out
+    assert proc.returncode == code, out
     return out
 
 
@@ -208,3 +209,69 @@ def test_ordering_can_be_turned_off_and_nothing_is_lost(tmp_path: Path, setting:
         assert len([ln for ln in out.splitlines() if re.search(r"inside \d+$", ln)]) \
             == 3 * CALLS + 2
 
+
+
+TALKERS = """
+import sys
+from regency.actor import Actor, attach_to_workers, endpoint, this_host
+
+class Talker(Actor):
+    @endpoint
+    def talk(self, who: str, n: int) -> int:
+        sys.setswitchinterval(1e-6)  # threads take turns as often as the interpreter can
+        for i in range(n):
+            print(who, "says", i)  # four writes: the words, the spaces, the newline
+        return n
+
+hosts = attach_to_workers([sys.argv[1]]) if sys.argv[1:] else this_host()
+procs = hosts.spawn_procs(per_host={"gpus": 1})
+a, b = procs.spawn("a", Talker), procs.spawn("b", Talker)  # one proc, a thread each
+said = [a.talk.call_one("alpha", 400), b.talk.call_one("beta", 400)]
+print("said", [f.get(timeout=60) for f in said])
+procs.stop().get(timeout=30)
+if sys.argv[1:]:
+    hosts.shutdown()
+"""
+
+
+@pytest.mark.parametrize("where", ["this_host", "worker"])
+def test_two_actors_of_one_proc_printing_at_once_keep_their_lines_whole(
+        tmp_path: Path, where: str) -> None:
+    """Without ``WholeLines`` about one line in eight was torn (``alphabeta says 0``)."""
+    env = {**os.environ, "REGENCY_SECRET": "whole-lines", "PYTHONUNBUFFERED": "1"}
+    if where == "worker":
+        with loopback_worker(env) as (worker, address):
+            out = run_merged(tmp_path, TALKERS, address, env=env)
+            assert worker.wait(timeout=30) == 0
+    else:
+        out = run_merged(tmp_path, TALKERS, env=env)
+    said = [ln for ln in out.splitlines() if " says " in ln]
+    torn = [ln for ln in said if not re.fullmatch(r"\[.*\] (alpha|beta) says \d+", ln)]
+    assert len(said) == 800 and not torn, out
+
+
+LAST_WORDS = """
+from regency.actor import Actor, endpoint, this_host
+
+class Quitter(Actor):
+    @endpoint
+    def quit(self, unfinished: bool) -> None:
+        print("unfinished words", end="") if unfinished else print("last words")
+        raise SystemExit(3)  # the actor fails; its failure goes up as a system message
+
+procs = this_host().spawn_procs(per_host={"gpus": 1})
+procs.spawn("quitter", Quitter).quit.broadcast(False)  # no reply: only the failure follows
+procs.spawn("other", Quitter).quit.call_one(True).get(timeout=60)  # never answered
+"""
+
+
+def test_an_actors_last_lines_come_before_the_report_of_its_failure(tmp_path: Path) -> None:
+    """Another actor of the proc prints at the same moment (its line tore this one once);
+    its unfinished line still shows when the proc ends (the fail-fast exit stops it)."""
+    out = run_merged(tmp_path, LAST_WORDS, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                     code=1)
+    lines = out.splitlines()
+    last = [k for k, ln in enumerate(lines) if re.fullmatch(r"\[.*\] last words", ln)]
+    report = [k for k, ln in enumerate(lines) if "SystemExit" in ln]
+    assert len(last) == 1 and report and last[0] < report[0], out
+    assert any(ln.endswith("] unfinished words") for ln in lines), out

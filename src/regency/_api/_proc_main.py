@@ -24,7 +24,7 @@ from .. import config
 from .._debug import _rank as _debug_rank
 from .._debug._dumps import arm as arm_stack_dumps
 from .._mesh import Point, Shape
-from .._runtime import _current, _output_fence
+from .._runtime import _current, _output_fence, _whole_lines
 from .._runtime._host_agent import AGENT_LOST_EXIT
 from .._runtime._loop_spin import LoopSpin
 from .._runtime._runtime import Runtime
@@ -61,6 +61,7 @@ def run_proc(spec: dict[str, Any]) -> int:
     rt.proc_uid = spec["mesh_uid"]
     rt.proc_rank = spec["rank"]
     _dispatch.install(rt)
+    _whole_lines.install()  # two actors printing at once do not tear each other's lines
     _output_fence.install(rt)  # a reply waits for the lines printed before it
     _debug_rank.install()  # breakpoint() pauses this rank; the console is at the controller
     arm_stack_dumps()  # its host agent can read every thread's stack, whatever it is doing
@@ -149,8 +150,7 @@ async def _stop(rt: Runtime, stop: asyncio.Event) -> None:
     await stop_cells(rt, timeout)
     observe.stop(rt)  # the last recorded rows go out before the sockets close
     _finalize()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    _whole_lines.flush_all()
     await rt.router.aclose()
     stop.set()
 

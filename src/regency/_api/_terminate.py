@@ -29,7 +29,7 @@ from types import FrameType
 from typing import Any
 
 from .. import config
-from .._runtime import _output
+from .._runtime import _output, _whole_lines
 from . import _failfast
 
 __all__ = ["EXIT_CODE", "install_in_controller", "install_in_proc", "install_in_worker"]
@@ -92,11 +92,7 @@ def _exit_now() -> None:
 
 def die_by_sigterm() -> None:
     """End this process by SIGTERM itself (its parent reads 'killed by signal SIGTERM')."""
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
+    _whole_lines.flush_all()  # every thread's unfinished line too
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGTERM)
     os._exit(EXIT_CODE)  # not reached unless SIGTERM is blocked in this thread

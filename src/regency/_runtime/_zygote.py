@@ -26,6 +26,7 @@ import sys
 from typing import Any
 
 from ._lifeline import set_parent_death_signal
+from ._whole_lines import flush_all
 
 PRELOAD = ("regency._api._proc_main", "numpy")
 
@@ -105,8 +106,7 @@ def _child(sock: socket.socket, wake: tuple[int, int], req: dict[str, Any], fds:
         traceback.print_exc()
     finally:
         try:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            flush_all()  # every thread's unfinished line too
         finally:
             os._exit(code)
 
