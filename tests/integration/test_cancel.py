@@ -6,6 +6,7 @@ runs to its end; the actor goes on with its next message."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 import threading
 import time
@@ -17,6 +18,7 @@ import pytest
 from _cancel_actors import Blocker, Opener, Sleeper
 
 from regency import config
+from regency._api import _failfast
 from regency.actor import ActorError, context, this_host
 
 T = 30
@@ -222,6 +224,36 @@ def test_cancel_from_another_thread_ends_a_blocked_get(sleeper: Any, watch: Any)
     waiter.join(T)
     assert not waiter.is_alive()
     assert len(got) == 1 and isinstance(got[0], CancelledError)
+
+
+@pytest.mark.parametrize("wait", ["get", "exception"])
+def test_ctrl_c_in_a_blocked_get_cancels_the_call(sleeper: Any, watch: Any, wait: str) -> None:
+    """A notebook's interrupted cell: the ``KeyboardInterrupt`` propagates (``exception()``
+    returned it as the call's), and the call no longer holds the actor for the next cell
+    (Monarch's runs on)."""
+    tag = f"j-{wait}"
+    fut = sleeper.nap.call_one(tag)
+    main = threading.main_thread()
+    assert threading.current_thread() is main
+
+    def press() -> None:  # Ctrl-C, once the nap runs and the main thread waits for it
+        until_logged(watch, f"{tag} started")
+        deadline = time.monotonic() + T
+        while _failfast.waiting is not fut._completion:  # noqa: SLF001 - set before it blocks
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        assert main.ident is not None
+        signal.pthread_kill(main.ident, signal.SIGINT)
+
+    presser = threading.Thread(target=press, daemon=True)
+    presser.start()
+    with pytest.raises(KeyboardInterrupt):
+        getattr(fut, wait)(timeout=T)
+    presser.join(T)
+    assert fut.cancelled()
+    assert sleeper.record.call_one(f"{tag} next").get(timeout=T) == f"{tag} next"
+    log = watch()
+    assert log.index(f"{tag} cancelled") < log.index(f"{tag} next")
 
 
 def test_an_actor_cancels_a_call_it_made(procs: Any, sleeper: Any, openers: Any,

@@ -100,18 +100,19 @@ class Future(Generic[R]):
             TimeoutError: ``timeout`` seconds passed; names what is still pending. The future
                 is not consumed: a later ``get()`` can still return the result.
             concurrent.futures.CancelledError: ``cancel()`` cancelled the call.
+            KeyboardInterrupt: Ctrl-C while it waited; the call is cancelled, as by
+                ``cancel()``.
             ValueError: ``timeout`` is negative or not finite.
         """
         if timeout is not None:
             _check_timeout(timeout)
         c = self._completion
         if not c.done():
-            call = self._call
-            if call is not None and wait_call is not None and _running_loop() is None:
-                waited = wait_call(c, call, timeout)  # the same steps, compiled
-            else:
-                self._guard_blocking()
-                waited = c.wait(timeout) if wait_blocking is None else wait_blocking(c, timeout)
+            try:
+                waited = self._wait(c, timeout)
+            except KeyboardInterrupt:
+                self.cancel()  # Ctrl-C takes the call back: a notebook's next cell is not
+                raise  # queued behind it (ADR 0036)
             if not waited:
                 label = c.describe()
                 what = f": still waiting for {label}" if label else ""
@@ -123,6 +124,13 @@ class Future(Generic[R]):
                 finally:
                     _failfast.waiting = None
         return c.outcome()  # type: ignore[no-any-return,unused-ignore]
+
+    def _wait(self, c: Completion, timeout: float | None) -> bool:
+        call = self._call
+        if call is not None and wait_call is not None and _running_loop() is None:
+            return wait_call(c, call, timeout)  # the same steps, compiled
+        self._guard_blocking()
+        return c.wait(timeout) if wait_blocking is None else wait_blocking(c, timeout)
 
     def _guard_blocking(self) -> None:
         try:
@@ -151,6 +159,9 @@ class Future(Generic[R]):
                 raise
             return self._completion.exception()
         except BaseException as exc:
+            c = self._completion
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)) and c.exception() is not exc:
+                raise  # Ctrl-C or a fail-fast exit while it waited, not the call's exception
             return exc
         return None
 
