@@ -299,6 +299,12 @@ def test_this_proc_cannot_be_stopped_by_the_code_it_runs(procs: Any) -> None:
     assert here.ok.call_one().get(timeout=T) == 1
 
 
+def test_this_proc_is_the_same_object_each_time() -> None:
+    from regency.actor import this_proc
+
+    assert this_proc() is this_proc()  # as Monarch's (a new ProcMesh each call before)
+
+
 def test_spawn_refuses_a_name_that_is_not_a_str_and_an_instance(procs: Any) -> None:
     with pytest.raises(TypeError, match="must be a str, not int"):
         procs.spawn(5, Faulty)

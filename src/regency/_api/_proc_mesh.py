@@ -570,8 +570,14 @@ def this_proc() -> ProcMesh:
     """The proc this code runs in, as a 0-dimensional ProcMesh.
 
     On the controller, actors spawned on it run inside the controller's own process.
+    The same object each time, as Monarch's.
     """
-    return proc_mesh_of(runtime())
+    rt = runtime()
+    state = api_state(rt)
+    here = state.this_proc
+    if here is None or here._addrs_made != (rt.address,) or here._uid != rt.proc_uid:
+        here = state.this_proc = proc_mesh_of(rt)
+    return here
 
 
 def this_host() -> HostMesh:

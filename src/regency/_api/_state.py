@@ -76,6 +76,7 @@ class ApiState:
     worker_pids: dict[str, tuple[str, int]] = field(default_factory=dict)  # -> (host, pid)
     heartbeat_task: asyncio.Task[None] | None = None
     heartbeat_started: bool = False
+    this_proc: Any = None  # the ProcMesh this_proc() returns (the same each time)
 
 
 def api_state(rt: Runtime) -> ApiState:
