@@ -16,7 +16,8 @@ A variant is ``NAME=SRC[:ENV=VALUE,...]``: the ``src`` directory to import regen
 ``async`` (``sync``'s loop to an async actor), ``beside`` (the same, with an idle sync
 actor in the async actor's proc), ``actors`` (an async actor's loop of awaited calls to
 an async actor of another proc), and ``printing``, ``printing_pipelined`` (``sync`` and
-``pipelined`` to an endpoint that prints a line each call).
+``pipelined`` to an endpoint that prints a line each call). ``--worker`` puts the procs
+on a ``regency worker`` of this machine (loopback TCP) instead of ``this_host()``.
 Reported per call: wall time, the controller's CPU and the procs' CPU.
 """
 
@@ -41,7 +42,18 @@ from regency.actor import this_host
 from benchmarks._actors import AsyncCaller, AsyncPinger, SyncPinger
 
 workload, calls, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-procs = this_host().spawn_procs(per_host={"procs": 1})
+hosts = this_host()
+if os.environ.get("AB_WORKER"):  # the procs on a worker host (loopback TCP)
+    import subprocess
+    from regency.actor import attach_to_workers
+    worker = subprocess.Popen([sys.executable, "-m", "regency", "worker", "--listen",
+                               "tcp://127.0.0.1:0", "--advertise", "127.0.0.1"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for line in worker.stdout:
+        if "regency worker listening on" in line:
+            break
+    hosts = attach_to_workers([line.rsplit(" ", 1)[1].strip()])
+procs = hosts.spawn_procs(per_host={"procs": 1})
 if workload == "actors":  # an async actor's awaited calls to an async actor of another proc
     other = this_host().spawn_procs(per_host={"procs": 1})
     caller, mesh = procs.spawn("caller", AsyncCaller), other.spawn("ab", AsyncPinger)
@@ -78,6 +90,8 @@ out = {"wall_us": (time.perf_counter() - t0) / n * 1e6,
 procs.stop().get()
 if workload == "actors":
     other.stop().get()
+if os.environ.get("AB_WORKER"):
+    hosts.shutdown()
 print("@@ab " + json.dumps(out), flush=True)
 """
 
@@ -94,7 +108,7 @@ def _variant(text: str) -> tuple[str, Path, dict[str, str]]:
 def _run_once(src: Path, env: dict[str, str], workload: str, calls: int, rounds: int,
               timeout: float) -> dict[str, float]:
     child_env = {**os.environ, **env, "PYTHONPATH": f"{src}{os.pathsep}{ROOT}",
-                 "BENCH_FRAMEWORK": "regency"}
+                 "BENCH_FRAMEWORK": "regency", "REGENCY_SECRET": "benchmarks-ab"}
     done = subprocess.run([sys.executable, "-c", _CHILD, workload, str(calls), str(rounds)],
                           env=child_env, cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout, check=False)
@@ -111,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workload", default="sync",
                         choices=("sync", "pipelined", "async", "beside", "actors",
                                  "printing", "printing_pipelined"))
+    parser.add_argument("--worker", action="store_true",
+                        help="spawn the procs on a loopback regency worker")
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--calls", type=int, default=2000, help="calls per round")
     parser.add_argument("--rounds", type=int, default=20)
@@ -128,6 +144,7 @@ def _pairs(args: argparse.Namespace) -> None:
     for pair in range(args.pairs):
         cells = []
         for name, src, env in args.variant:
+            env = {**env, "AB_WORKER": "1"} if args.worker else env
             got = _run_once(src, env, args.workload, args.calls, args.rounds, args.timeout)
             results[name].append(got)
             cells.append(f"{name} {got['wall_us']:.1f}/{got['ctrl_cpu_us']:.1f}/"

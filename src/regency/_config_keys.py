@@ -43,9 +43,10 @@ REGENCY_KEYS: dict[str, Key] = {k.name: k for k in (
          "forward procs' stdout/stderr to the controller (Monarch's default is False)"),
     _key("prefix_with_rank", "bool", True, "prefix forwarded lines with the proc's rank"),
     _key("order_output", "bool", True,
-         "a this_host() proc's reply waits until the lines it printed are written, so they "
-         "show before the caller prints the result (costs a printing call a wake-up of the "
-         "controller; procs of worker hosts are not ordered)"),
+         "what a proc printed shows before the result of the call it answered: a "
+         "this_host() proc's reply waits until its lines are read; a worker's proc sends "
+         "a mark before it and the controller's get() waits for the lines (costs a "
+         "printing call a wake-up of the controller, or the worker agent's hop)"),
     _key("tail_log_lines", "int", 20,
          "lines of each proc's output kept for failure reports (Monarch's default is 0)"),
     _key("spawn_timeout", "duration", 30.0, "how long a worker may take to spawn a proc"),

@@ -3,7 +3,7 @@
 
 Whole controller programs, their stdout and stderr merged into one pipe the way a terminal
 shows them. Without the fence, most results overtook their lines (hundreds in 300 calls).
-Procs of a worker host are not ordered; their answers must still never be lost.
+A worker host's procs are ordered by output marks (``_output_marks``, ADR 0039).
 """
 
 from __future__ import annotations
@@ -111,6 +111,15 @@ def check(out: str) -> None:
 def test_lines_of_this_hosts_procs_come_before_the_results(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     check(run_merged(tmp_path, LOCAL, str(CALLS), env=env))
+
+
+def test_lines_of_a_workers_procs_come_before_the_results(tmp_path: Path) -> None:
+    """Before output marks (ADR 0039), 120 of 120 results overtook their lines."""
+    env = {**os.environ, "REGENCY_SECRET": "output-order", "PYTHONUNBUFFERED": "1"}
+    with loopback_worker(env) as (worker, address):
+        out = run_merged(tmp_path, REMOTE, str(CALLS), address, env=env)
+        assert worker.wait(timeout=30) == 0
+    check(out)
 
 
 NOISY = ACTORS.replace("class Async(Actor):", """
@@ -255,23 +264,54 @@ from regency.actor import Actor, endpoint, this_host
 
 class Quitter(Actor):
     @endpoint
-    def quit(self, unfinished: bool) -> None:
-        print("unfinished words", end="") if unfinished else print("last words")
+    def quit(self, words: str) -> None:
+        print(words)
         raise SystemExit(3)  # the actor fails; its failure goes up as a system message
 
 procs = this_host().spawn_procs(per_host={"gpus": 1})
-procs.spawn("quitter", Quitter).quit.broadcast(False)  # no reply: only the failure follows
-procs.spawn("other", Quitter).quit.call_one(True).get(timeout=60)  # never answered
+procs.spawn("quitter", Quitter).quit.broadcast("last words")  # no reply: only the failure
+procs.spawn("other", Quitter).quit.call_one("other words").get(timeout=60)  # never answered
 """
 
 
 def test_an_actors_last_lines_come_before_the_report_of_its_failure(tmp_path: Path) -> None:
-    """Another actor of the proc prints at the same moment (its line tore this one once);
-    its unfinished line still shows when the proc ends (the fail-fast exit stops it)."""
+    """Another actor of the proc prints at the same moment (its line tore this one once)."""
     out = run_merged(tmp_path, LAST_WORDS, env={**os.environ, "PYTHONUNBUFFERED": "1"},
                      code=1)
     lines = out.splitlines()
     last = [k for k, ln in enumerate(lines) if re.fullmatch(r"\[.*\] last words", ln)]
     report = [k for k, ln in enumerate(lines) if "SystemExit" in ln]
     assert len(last) == 1 and report and last[0] < report[0], out
-    assert any(ln.endswith("] unfinished words") for ln in lines), out
+
+
+UNFINISHED = """
+import sys
+from regency.actor import Actor, attach_to_workers, endpoint, this_host
+
+class Half(Actor):
+    @endpoint
+    def say(self) -> None:
+        print("without its end", end="")  # held by its thread until the proc ends
+
+hosts = attach_to_workers([sys.argv[1]]) if sys.argv[1:] else this_host()
+procs = hosts.spawn_procs(per_host={"gpus": 1})
+procs.spawn("half", Half).say.call_one().get(timeout=60)
+procs.stop().get(timeout=60)
+print("stopped")
+if sys.argv[1:]:
+    hosts.shutdown()
+"""
+
+
+@pytest.mark.parametrize("where", ["this_host", "worker"])
+def test_a_line_left_unfinished_shows_when_its_proc_stops(tmp_path: Path, where: str) -> None:
+    env = {**os.environ, "REGENCY_SECRET": "whole-lines", "PYTHONUNBUFFERED": "1"}
+    if where == "worker":
+        with loopback_worker(env) as (worker, address):
+            out = run_merged(tmp_path, UNFINISHED, address, env=env)
+            assert worker.wait(timeout=30) == 0
+    else:
+        out = run_merged(tmp_path, UNFINISHED, env=env)
+    lines = out.splitlines()
+    assert lines.index("stopped") > next(
+        k for k, ln in enumerate(lines) if ln.endswith("] without its end")), out

@@ -2,7 +2,7 @@
 
 * in every runtime: ``SpawnActor`` (``_spawning``), ``StopActor`` (``_stopping``), and at
   owners ``ActorFailed``, ``ProcUp``, ``ProcExited`` and lost connections (``_failures``);
-  ``ProcOutput`` is written out here;
+  ``ProcOutput`` is written out here, and ``OutputMark`` kept (``_output_catchup``);
 * at the root: ``GetOrSpawnController`` (``_controllers``);
 * ``Fault``: test-only fault injection, carried out by ``regency.testing``;
 * ``WaitProbe``, ``WaitCycle``: probes of calls that wait on each other, and the news of a
@@ -15,6 +15,7 @@ Procs add ``StopProc`` (``_proc_main``), workers their lease messages (``_worker
 from __future__ import annotations
 
 from .._runtime._host_agent import write_lines
+from .._runtime._output_catchup import book
 from .._runtime._runtime import Runtime
 from .._wire import _messages as m
 from ._cancel import install as install_cancel
@@ -35,15 +36,29 @@ def install(rt: Runtime) -> None:
     rt.handle(m.StopActor, lambda msg: on_stop_actor(rt, msg))
     rt.handle(m.ActorFailed, lambda msg: on_actor_failed(rt, msg))
     rt.handle(m.ProcUp, lambda msg: on_proc_up(rt, msg))
-    rt.handle(m.ProcExited, lambda msg: on_proc_exited(rt, msg))
+    rt.handle(m.ProcExited, lambda msg: _proc_exited(rt, msg))
     rt.handle(m.GetOrSpawnController, lambda msg: on_get_or_spawn_controller(rt, msg))
     rt.handle(m.Fault, lambda msg: _inject_fault(rt, msg))
-    rt.handle(m.ProcOutput, lambda msg: write_lines(msg.label, msg.stream, msg.lines))
+    rt.handle(m.ProcOutput, _proc_output)
+    rt.handle(m.OutputMark, lambda msg: book.want(msg.proc, msg.stdout, msg.stderr))
     install_wait_probes(rt)
     install_cancel(rt)
     rt.peer_lost_hooks.append(lambda addr, exc: on_peer_lost(rt, addr, exc))
     sup = api_state(rt).supervisor = Supervisor(rt)
     rt.undeliverable_text = sup.undeliverable
+
+
+def _proc_output(msg: m.ProcOutput) -> None:
+    """A worker's proc printed: write its lines, then say how much of its pipe they end."""
+    if msg.lines:
+        write_lines(msg.label, msg.stream, msg.lines)
+    if msg.read >= 0:
+        book.read(msg.proc, 1 if msg.stream == "stderr" else 0, msg.read)
+
+
+def _proc_exited(rt: Runtime, msg: m.ProcExited) -> None:
+    book.forget(msg.addr)
+    on_proc_exited(rt, msg)
 
 
 def _inject_fault(rt: Runtime, msg: m.Fault) -> None:

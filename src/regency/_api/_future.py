@@ -12,6 +12,7 @@ from typing import Any, Generic, TypeVar
 
 from .._debug._stacks import where_stuck
 from .._runtime._completion import Completion
+from .._runtime._output_catchup import book as lines
 from . import _failfast
 
 _running_loop = asyncio._get_running_loop  # None outside a running loop, and never raises
@@ -120,9 +121,13 @@ class Future(Generic[R]):
                                    f"{where_stuck(c.label, timeout)}")
             if _failfast.waiting is c:  # the main thread waited: see ``wait_blocking``
                 try:
+                    if lines.behind:
+                        lines.wait()
                     return c.outcome()  # type: ignore[no-any-return,unused-ignore]
                 finally:
                     _failfast.waiting = None
+        if lines.behind:  # a worker's proc printed before it answered (_output_catchup)
+            lines.wait()
         return c.outcome()  # type: ignore[no-any-return,unused-ignore]
 
     def _wait(self, c: Completion, timeout: float | None) -> bool:
@@ -230,21 +235,31 @@ class Future(Generic[R]):
         except RuntimeError:
             raise ValueError("__await__ with no active event loop") from None
         if c.done():
+            if lines.behind:  # a worker's proc printed before it answered (_output_catchup)
+                yield from _caught_up().__await__()
             return c.outcome()  # type: ignore[no-any-return,unused-ignore]
         problem = self._problem(True)
         if problem:
             raise RuntimeError(problem)
         try:
             if self._call is not None and watch_await is not None:
-                return (yield from watch_await(c, self._call))  # probed if it lasts
-            return (yield from c.as_asyncio().__await__())
+                value = yield from watch_await(c, self._call)  # probed if it lasts
+            else:
+                value = yield from c.as_asyncio().__await__()
         except asyncio.CancelledError:
             self._cancel_with_waiter()  # the awaiting task was cancelled: so is the call
             raise
+        if lines.behind:
+            yield from _caught_up().__await__()
+        return value  # type: ignore[no-any-return,unused-ignore]
 
     def __repr__(self) -> str:
         state = "done" if self._completion.done() else "pending"
         return f"<regency.Future {state}>"
+
+
+async def _caught_up() -> None:
+    await asyncio.get_running_loop().run_in_executor(None, lines.wait)
 
 
 def _check_timeout(timeout: float | None) -> None:

@@ -24,7 +24,7 @@ from .. import config
 from .._debug import _rank as _debug_rank
 from .._debug._dumps import arm as arm_stack_dumps
 from .._mesh import Point, Shape
-from .._runtime import _current, _output_fence, _whole_lines
+from .._runtime import _current, _output_fence, _output_marks, _whole_lines
 from .._runtime._host_agent import AGENT_LOST_EXIT
 from .._runtime._loop_spin import LoopSpin
 from .._runtime._runtime import Runtime
@@ -61,8 +61,10 @@ def run_proc(spec: dict[str, Any]) -> int:
     rt.proc_uid = spec["mesh_uid"]
     rt.proc_rank = spec["rank"]
     _dispatch.install(rt)
-    _whole_lines.install()  # two actors printing at once do not tear each other's lines
     _output_fence.install(rt)  # a reply waits for the lines printed before it
+    if rt.output_fence is None and spec.get("output_marks_to"):  # a worker's proc
+        rt.output_fence = _output_marks.install(spec["addr"], {spec["output_marks_to"]})
+    _whole_lines.install()  # two actors printing at once do not tear each other's lines
     _debug_rank.install()  # breakpoint() pauses this rank; the console is at the controller
     arm_stack_dumps()  # its host agent can read every thread's stack, whatever it is doing
     for fd in spec.get("extra_fds", [])[:1]:

@@ -72,6 +72,8 @@ class ProcRecord:
     pipes: list[int] = field(default_factory=list)  # stdout's and stderr's, while open
     pipes_at_start: tuple[int, ...] = ()
     partial: dict[int, bytes] = field(default_factory=dict)
+    read: dict[int, int] = field(default_factory=dict)  # bytes read from each pipe
+    marked: bool = False  # it sends output marks: each proc_output says ``read`` (ADR 0039)
 
 
 def open_pipes(rec: ProcRecord) -> list[tuple[int, TextIO]]:
@@ -308,6 +310,9 @@ class HostAgent:
         self._tokens += 1
         # the secret never travels in a request: the agent (same job) hands down its own
         spec = {**req.spec, **entry, "host_agent": self.rt.address, "secret": self.rt.secret}
+        if self.forward_to and config.get("enable_log_forwarding"):
+            rec.marked = True  # its replies to the controller wait for its lines there
+            spec["output_marks_to"] = self.forward_to
         if rec.addr.startswith("via:"):
             spec["bind"] = f"tcp:{self.advertise_host or '127.0.0.1'}:0"
         msg = {"token": self._tokens, "entry": "regency._api._proc_main:run_proc", "spec": spec,
@@ -412,15 +417,20 @@ class HostAgent:
             if not data:
                 self._close_pipe(rec, fd, stream)
                 return False
+            rec.read[fd] = rec.read.get(fd, 0) + len(data)
             data = rec.partial.pop(fd, b"") + data
             *lines, rest = data.split(b"\n")
             if rest:
                 rec.partial[fd] = rest
-            self._emit(rec, lines, stream)
+            self._emit(rec, lines, stream, rec.read[fd])
             return True
 
-    def _emit(self, rec: ProcRecord, lines: list[bytes], stream: TextIO) -> None:
+    def _emit(self, rec: ProcRecord, lines: list[bytes], stream: TextIO, read: int = -1) -> None:
         if not lines:
+            if rec.marked and read >= 0 and self.forward_to:  # a line's start: say it is read
+                self.rt.send_sys(self.forward_to, ProcOutput(
+                    rec.label, "stderr" if stream is sys.stderr else "stdout", [], rec.addr,
+                    read))
             return
         text = [ln.decode("utf-8", "replace") for ln in lines]
         rec.tail.extend(text)
@@ -432,7 +442,8 @@ class HostAgent:
         if not config.get("enable_log_forwarding"):
             return
         if self.forward_to:  # a worker: the lines belong at the controller's terminal
-            self.rt.send_sys(self.forward_to, ProcOutput(rec.label, kind, text, rec.addr))
+            self.rt.send_sys(self.forward_to, ProcOutput(
+                rec.label, kind, text, rec.addr, read if rec.marked else -1))
             return
         write_lines(rec.label, kind, text)
 

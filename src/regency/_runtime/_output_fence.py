@@ -41,7 +41,7 @@ from .. import config
 if TYPE_CHECKING:
     from ._runtime import Runtime
 
-__all__ = ["Fence", "Marked", "install"]
+__all__ = ["Fence", "Marked", "flush_streams", "install", "pipes"]
 
 log = logging.getLogger("regency.output")
 
@@ -93,10 +93,14 @@ class Fence:
         with self._counting:
             self.written += 1
 
+    def before_send(self, dest: str) -> None:
+        """Before a reply or system message (to any ``dest``): :meth:`wait_out`."""
+        self.wait_out()
+
     def wait_out(self) -> None:
         """Before a reply: flush, and return once the agent has read what was written."""
         target = self.written
-        _flush()
+        flush_streams()
         _wait_read(self.pipes)
         if target > self.drained:  # a stale smaller value from a racing thread only
             self.drained = target  # makes a later reply wait once more
@@ -106,7 +110,8 @@ class Fence:
         self._counting = threading.RLock()
 
 
-def _flush() -> None:
+def flush_streams() -> None:
+    """Flush ``sys.stdout`` and ``sys.stderr`` (each that is open)."""
     for stream in (sys.stdout, sys.stderr):
         try:
             if stream is not None:
@@ -146,7 +151,7 @@ def _wait_read(fds: list[int]) -> None:
                 time.sleep(0.0002)
 
 
-def _pipes() -> list[int]:
+def pipes() -> list[int]:
     """Our fds 1 and 2, those that are pipes."""
     found = []
     for fd in (1, 2):
@@ -167,10 +172,10 @@ def install(rt: Runtime) -> Fence | None:
         return None
     if rt.host_agent != rt.root:  # a worker's agent: not ordered (see the module's doc)
         return None
-    pipes = _pipes()
-    if not pipes:
+    piped = pipes()
+    if not piped:
         return None
-    fence = Fence(pipes)
+    fence = Fence(piped)
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
         if stream is not None and not isinstance(stream, Marked):

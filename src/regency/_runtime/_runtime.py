@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from .._supervision import Verdicts
     from ._host_agent import HostAgent
     from ._output_fence import Fence
+    from ._output_marks import Marks
 
 log = logging.getLogger("regency.runtime")
 _rate_log = RateLimitedLog(log)  # lines a peer can cause: a few per key per 10 s
@@ -156,8 +157,10 @@ class Runtime:
         # _loop_spin.LoopSpin in a proc (``loop_spin``): its loop polls a moment after each
         # frame it handles before it sleeps; None elsewhere
         self.loop_spin: Any = None
-        # _output_fence.Fence in a this_host() proc: replies wait for the lines printed first
-        self.output_fence: Fence | None = None
+        # what a reply waits for or sends first while the proc printed since the last one:
+        # _output_fence.Fence in a this_host() proc (replies wait for the lines printed
+        # first), _output_marks.Marks in a worker's (a mark goes before each to the root)
+        self.output_fence: Fence | Marks | None = None
 
     # -- threads ---------------------------------------------------------------------------
     def on_loop(self) -> bool:
@@ -252,17 +255,26 @@ class Runtime:
         frame = [encode_reply(port[1], rank, status), data, *buffers]
         fence = self.output_fence
         if fence is not None and fence.written != fence.drained:
-            fence.wait_out()  # the lines printed before it go first (_output_fence)
+            # the lines printed before it go first (_output_fence), or its mark (_output_marks)
+            mark = fence.before_send(port[0])
+            if mark is not None:
+                frame_of_mark = _sys_frame(mark)
+                if not self.lines.send(port[0], frame_of_mark, False):
+                    self.post(port[0], frame_of_mark)
+                    self.post(port[0], frame)  # the same way as its mark, after it
+                    return
         if not self.lines.send(port[0], frame, False):  # no open connection: the general way
             self.post(port[0], frame)
 
     def send_sys(self, to: str, msg: SystemMessage) -> None:
         """Send a system message to the runtime at ``to``, from any thread."""
-        data, buffers = dumps(msg)
+        frame = _sys_frame(msg)
         fence = self.output_fence
         if fence is not None and fence.written != fence.drained:
-            fence.wait_out()  # an actor's failure after its last lines (_output_fence)
-        self.post(to, [system_header(msg.KIND), data, *buffers])
+            mark = fence.before_send(to)  # an actor's failure after its last lines
+            if mark is not None:
+                self.post(to, _sys_frame(mark))
+        self.post(to, frame)
 
     def handle(self, kind: type[M], handler: Callable[[M], None]) -> None:
         """Make ``handler`` the handler of the system messages of class ``kind`` here."""
@@ -476,6 +488,11 @@ class Runtime:
         port_id = self.open_port(on_reply, frozenset({agent}))
         self.send_sys(agent, Resolve(logical, (self.reply_address(True), port_id)))
         return str(await asyncio.wait_for(fut, float(config.get("spawn_timeout"))))
+
+
+def _sys_frame(msg: SystemMessage) -> Frame:
+    data, buffers = dumps(msg)
+    return [system_header(msg.KIND), data, *buffers]
 
 
 def _local_copy(frame: Frame) -> list[memoryview]:

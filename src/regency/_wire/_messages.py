@@ -68,6 +68,7 @@ __all__ = [
     "GetOrSpawnController",
     "Header",
     "Heartbeat",
+    "OutputMark",
     "PortRef",
     "ProcExited",
     "ProcOutput",
@@ -181,6 +182,19 @@ class ProcOutput(SystemMessage):
     stream: str  # "stdout" or "stderr"
     lines: list[str]
     proc: str = ""  # the address of the proc that printed them (for the event store)
+    read: int = -1  # bytes read from that pipe so far, these lines' included (-1: not said)
+
+
+@system_message("output_mark")
+@dataclass(slots=True)
+class OutputMark(SystemMessage):
+    """From a worker's proc to its controller, just before a reply or system message
+    there: the bytes it had written to its stdout and stderr pipes. The controller lets
+    the reply be seen once its agent's ``proc_output`` has said it read as many."""
+
+    proc: str
+    stdout: int
+    stderr: int
 
 
 @system_message("stop_procs")

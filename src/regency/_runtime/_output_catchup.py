@@ -1,0 +1,109 @@
+"""The controller lets a result be seen once the lines its worker proc printed first are.
+
+A worker's proc sends an ``output_mark`` (the bytes it had written to its stdout and stderr
+pipes) just before a reply or system message to the controller, on the same connection, so
+the mark is handled first; the worker's agent stamps each ``proc_output`` with the bytes it
+has read from that pipe (:mod:`._output_marks`, ADR 0039). :data:`book` keeps, per proc, the
+highest mark not yet met. ``Future.get`` and ``await`` call :meth:`CatchUp.wait` before they
+hand a result over, when :attr:`CatchUp.behind` says some proc is behind: it returns once
+the stamps have reached every mark then known, or after :data:`TIMEOUT_S` (a mark that
+never comes true, its lines lost with their agent say, is then given up; after
+:data:`GIVE_UP` of them, that proc's marks are ignored). Failure reports are not ordered
+(they are printed on the loop's thread, which meets the marks).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+__all__ = ["GIVE_UP", "TIMEOUT_S", "CatchUp", "book"]
+
+log = logging.getLogger("regency.output")
+
+#: Seconds a result waits for its proc's lines before it is shown without them.
+TIMEOUT_S = 1.0
+#: Marks of one proc given up on before its later marks are ignored: its bytes do not reach
+#: the pipe its agent reads (fd 1 sent elsewhere, say), and each result would wait.
+GIVE_UP = 3
+
+
+class CatchUp:
+    """Marks not yet met, per proc: ``{proc: [stdout bytes, stderr bytes]}``."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition(threading.Lock())
+        self._wanted: dict[str, list[int]] = {}
+        self._read: dict[str, list[int]] = {}
+        self._late: dict[str, int] = {}  # marks of a proc given up on (its lines never came)
+        self.behind = 0  # procs with a mark not met: read without the lock, to skip wait()
+        self._meeter = 0  # the thread that handles marks and stamps (the runtime's loop)
+
+    def want(self, proc: str, stdout: int, stderr: int) -> None:
+        """A mark came from ``proc`` (loop thread)."""
+        self._meeter = threading.get_ident()
+        with self._changed:
+            read = self._read.get(proc, [0, 0])
+            if (read[0] >= stdout and read[1] >= stderr) or self._late.get(proc, 0) >= GIVE_UP:
+                return
+            wanted = self._wanted.setdefault(proc, [0, 0])
+            wanted[0] = max(wanted[0], stdout)
+            wanted[1] = max(wanted[1], stderr)
+            self.behind = len(self._wanted)
+
+    def read(self, proc: str, index: int, count: int) -> None:
+        """``proc``'s agent had read ``count`` bytes of stream ``index`` (0: stdout, 1:
+        stderr) when it sent lines that are now written (loop thread)."""
+        with self._changed:
+            read = self._read.setdefault(proc, [0, 0])
+            read[index] = max(read[index], count)
+            wanted = self._wanted.get(proc)
+            if wanted is None:
+                return
+            if read[0] >= wanted[0] and read[1] >= wanted[1]:
+                del self._wanted[proc]
+                self.behind = len(self._wanted)
+            self._changed.notify_all()  # a waiter may need less than the latest mark
+
+    def forget(self, proc: str) -> None:
+        """``proc`` is gone: nothing more of it will be read (loop thread)."""
+        with self._changed:
+            self._read.pop(proc, None)
+            self._late.pop(proc, None)
+            if self._wanted.pop(proc, None) is not None:
+                self.behind = len(self._wanted)
+                self._changed.notify_all()
+
+    def wait(self, timeout: float = TIMEOUT_S) -> None:
+        """Return once every mark known now is met, or after ``timeout`` seconds (then
+        those marks are given up). At once on the loop's thread, which meets them."""
+        if threading.get_ident() == self._meeter:
+            return
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            marks = {proc: list(wanted) for proc, wanted in self._wanted.items()}
+            while True:
+                late = [proc for proc, mark in marks.items() if not self._met(proc, mark)]
+                left = deadline - time.monotonic()
+                if not late:
+                    return
+                if left <= 0:
+                    break
+                self._changed.wait(left)
+            for proc in late:
+                if self._wanted.get(proc) == marks[proc]:
+                    del self._wanted[proc]
+                    self._late[proc] = self._late.get(proc, 0) + 1
+            self.behind = len(self._wanted)
+        log.debug("regency: lines of %s not forwarded within %s s", late, timeout)
+
+    def _met(self, proc: str, mark: list[int]) -> bool:
+        read = self._read.get(proc)
+        if read is not None and read[0] >= mark[0] and read[1] >= mark[1]:
+            return True
+        return proc not in self._wanted  # forgotten (the proc ended) or given up
+
+
+#: The controller's book (one controller per process).
+book = CatchUp()
