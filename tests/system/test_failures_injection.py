@@ -118,3 +118,21 @@ def test_bad_arguments_are_refused(mesh) -> None:
         drop_calls(mesh.ping, times=0)
     with pytest.raises(ValueError, match="times"):
         inject_exception(mesh.ping, ValueError("x"), times=-1)
+
+
+def test_a_proc_death_names_the_endpoint_only_of_the_mesh_that_ran_it(
+        procs2, unhandled_failures) -> None:
+    """Each mesh on the dead proc gets a failure with the time of the death; only the one
+    whose actor was running ``os_exit`` names it (another mesh's used to, and time was 0)."""
+    bystanders = procs2.spawn("bystander", AsyncVictim)
+    dying = procs2.spawn("dying", Victim)
+    assert len(bystanders.ping.call().get(timeout=T)) == 2
+    before = time.time()
+    dying.slice(gpus=1).os_exit.broadcast()
+
+    def both() -> dict[str, object]:
+        return {f.mesh_name.split("-")[0]: f for f in unhandled_failures()}
+
+    found = poll(lambda: {"bystander", "dying"} <= set(both()) and both())
+    assert found["dying"].endpoint == "os_exit" and found["dying"].time >= before
+    assert found["bystander"].endpoint is None and found["bystander"].time >= before

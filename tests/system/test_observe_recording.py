@@ -101,6 +101,9 @@ def test_lifecycle_failures_and_logs_are_recorded(
     kinds = query(folder, "SELECT kind, count(*) AS n FROM events GROUP BY kind")
     by_kind = {r["kind"]: r["n"] for r in kinds}
     assert by_kind["spawn"] == 6 and by_kind["proc_exit"] == 2 and by_kind["proc_up"] == 3
+    stops = query(folder, "SELECT actor FROM events WHERE kind='stop'")  # by procs.stop()
+    assert sorted(str(r["actor"]).split("-")[0] for r in stops) == ["helpers"] * 2 + [
+        "workers"] * 2
     failures = query(folder, "SELECT actor, summary, detail FROM events WHERE kind='failure'")
     assert len(failures) == 2
     detail = json.loads(str(failures[0]["detail"]))

@@ -24,6 +24,7 @@ import itertools
 import logging
 import sys
 import threading
+import time
 import traceback
 from dataclasses import replace
 from typing import Any
@@ -179,9 +180,9 @@ class Supervisor:
         if addr in self._held:
             return  # the same exit, heard twice while its actions wait
         if msg.endpoint:
-            self._in_flight[addr] = str(msg.endpoint).rsplit(".", 1)[-1]
+            self._in_flight[addr] = str(msg.endpoint)  # "module.Class.endpoint"
         event = ProcExited(addr, msg.cause, bool(msg.expected), msg.pid, msg.host,
-                           tuple(msg.last_lines), cause_id=self._cause("exit"))
+                           tuple(msg.last_lines), time.time(), cause_id=self._cause("exit"))
         if drain and self.rt.router.live_connections(addr):
             self._held[addr] = (event, [])
             self.rt.loop.call_later(_DRAIN_BOUND, self._release, addr)
@@ -325,9 +326,10 @@ class Supervisor:
             if addr:
                 failure = replace(failure, log_path=str(proc_log_path(addr)))
         if failure.endpoint is None and failure.actor_class:
-            addr = self._addr_of(failure, shape)
-            if addr in self._in_flight:
-                failure = replace(failure, endpoint=self._in_flight[addr])
+            actor_class, _, endpoint = self._in_flight.get(
+                self._addr_of(failure, shape), "").rpartition(".")
+            if actor_class == failure.actor_class:  # not another actor's of that proc
+                failure = replace(failure, endpoint=endpoint)
         return failure
 
     def _addr_of(self, failure: MeshFailure, shape: Shape) -> str:

@@ -138,6 +138,8 @@ class Observer:
         kind = "proc_exit" if msg.expected else "failure"
         self.rec.event(kind, None, msg.mesh_uid, f"proc {msg.cause}", detail, proc=msg.addr)
         self.rec.add("proc_end", (msg.addr, now_us(), state, msg.cause))
+        if msg.expected:  # its actors were stopped with it (``stop`` events, as a mesh's)
+            self.rec.add("proc_actors_stopped", (now_us(), f"proc {msg.cause}", msg.addr))
         self.rec.add("proc_actors_end", (now_us(), state, msg.addr))
 
     def _stop_actor(self, msg: Any) -> None:

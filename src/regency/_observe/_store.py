@@ -41,6 +41,10 @@ _UPDATES: dict[str, str] = {
     "proc_end": "INSERT INTO procs (proc, ended_us, state, cause) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT(proc) DO UPDATE SET ended_us=excluded.ended_us, "
                 "state=excluded.state, cause=excluded.cause",
+    # a stop event for each actor of a proc that was stopped, before they are marked ended
+    "proc_actors_stopped": "INSERT INTO events (ts_us, kind, proc, actor, mesh, summary) "
+                           "SELECT ?, 'stop', proc, actor, mesh, ? FROM actors WHERE proc=? "
+                           "AND state='running'",
     "proc_actors_end": "UPDATE actors SET ended_us=?, state=? WHERE proc=? AND "
                        "state='running'",
     "proc_sample": "UPDATE procs SET sampled_us=?, cpu=?, rss=? WHERE proc=?",
@@ -218,7 +222,8 @@ def _per_second(counts: list[tuple[Any, ...]]) -> list[tuple[int, str, int]]:
 
 def _ordered(kinds: list[str]) -> list[str]:
     """Creations before the updates that need their rows (an up before its sample/end)."""
-    rank = {"proc_up": 0, "actor_up": 1, "proc_end": 3, "actor_end": 3, "proc_actors_end": 4}
+    rank = {"proc_up": 0, "actor_up": 1, "proc_end": 3, "actor_end": 3,
+            "proc_actors_stopped": 3, "proc_actors_end": 4}
     return sorted(kinds, key=lambda k: rank.get(k, 2))
 
 
