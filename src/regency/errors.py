@@ -125,7 +125,9 @@ class MeshFailure:
             lines.append("  traceback:")
             lines.extend("    " + ln for ln in self.traceback.rstrip().splitlines())
         if self.last_lines:
-            lines.append(f"  last {len(self.last_lines)} lines printed by the proc:")
+            n = len(self.last_lines)
+            lines.append(f"  last {n} lines printed by the proc:" if n > 1
+                         else "  the last line printed by the proc:")
             lines.extend("    | " + ln for ln in self.last_lines)
         if self.log_path:
             lines.append(f"  full output: {self.log_path} (on {self.host})")

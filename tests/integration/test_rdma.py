@@ -246,6 +246,8 @@ def test_transport_choice_is_reported(a, b) -> None:
     assert here.name == "vm" and "process_vm_readv" in here.why
     assert b.transport.call_one(buf).get(timeout=T)[0] == "vm"
     assert describe_transport(peer_info()).name == "local"
+    with pytest.raises(TypeError, match=r"expected a peer_info\(\) value .* not BufferOwner"):
+        describe_transport(buf.owner)  # type: ignore[arg-type]
     assert buf.backend == "vm"
     assert buf.owner.pid != peer_info().pid and buf.owner.address.startswith(("unix:", "tcp:"))
     again = pickle.loads(pickle.dumps(buf))

@@ -31,7 +31,16 @@ def describe_transport(owner: PeerInfo, reader: PeerInfo | None = None) -> Trans
 
     Both are :func:`peer_info` values taken in the processes concerned. This applies the
     rules only; a pair whose ``vm`` is refused by the kernel at run time falls back further.
+
+    Raises:
+        TypeError: ``owner`` or ``reader`` is not a ``peer_info()`` value (for a buffer's
+            owner, ``buf.transport_for()`` answers the same question).
     """
+    for name, info in (("owner", owner), ("reader", reader)):
+        if info is not None and not isinstance(info, PeerInfo):
+            raise TypeError(f"describe_transport({name}=...): expected a peer_info() value "
+                            f"taken in that process, not {type(info).__name__}; for a "
+                            f"buffer, buf.transport_for(reader) says which transport it uses")
     return choose(reader or peer_info(), owner,
                   forced=os.environ.get("REGENCY_RDMA_TRANSPORT") or None)
 

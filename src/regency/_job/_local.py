@@ -3,8 +3,8 @@
 Each worker listens on a free loopback port (``tcp://127.0.0.1:0``; the port it got is read
 from the line it prints) and runs in a session of its own, so that it outlives the
 controller: a re-run of the controller reattaches to it. Its output goes to
-``<cache>/NAME/worker-I.log``. Killing the job sends SIGTERM to each worker, then SIGKILL to
-whatever of it (its fork server, its procs) is left after a grace period.
+``<cache>/NAME/worker-MESH-I.log``. Killing the job sends SIGTERM to each worker, then
+SIGKILL to whatever of it (its fork server, its procs) is left after a grace period.
 """
 
 from __future__ import annotations
