@@ -85,6 +85,18 @@ def run_merged(tmp_path: Path, source: str, *args: str, env: dict[str, str],
     return out
 
 
+def run_where(tmp_path: Path, source: str, where: str, *args: str) -> str:
+    """``run_merged`` with the procs on ``this_host()``, or on a loopback worker (whose
+    address the script gets as its last argument) that must exit 0 after it."""
+    env = {**os.environ, "REGENCY_SECRET": "output-order", "PYTHONUNBUFFERED": "1"}
+    if where == "this_host":
+        return run_merged(tmp_path, source, *args, env=env)
+    with loopback_worker(env) as (worker, address):
+        out = run_merged(tmp_path, source, *args, address, env=env)
+        assert worker.wait(timeout=30) == 0
+    return out
+
+
 def out_of_order(out: str) -> list[str]:
     """Results shown before the line their endpoint printed (or with no such line)."""
     where: dict[tuple[str, int], int] = {}
@@ -115,11 +127,7 @@ def test_lines_of_this_hosts_procs_come_before_the_results(tmp_path: Path) -> No
 
 def test_lines_of_a_workers_procs_come_before_the_results(tmp_path: Path) -> None:
     """Before output marks (ADR 0039), 120 of 120 results overtook their lines."""
-    env = {**os.environ, "REGENCY_SECRET": "output-order", "PYTHONUNBUFFERED": "1"}
-    with loopback_worker(env) as (worker, address):
-        out = run_merged(tmp_path, REMOTE, str(CALLS), address, env=env)
-        assert worker.wait(timeout=30) == 0
-    check(out)
+    check(run_where(tmp_path, REMOTE, "worker", str(CALLS)))
 
 
 NOISY = ACTORS.replace("class Async(Actor):", """
@@ -197,13 +205,7 @@ def test_an_answer_given_just_before_a_proc_ends_is_delivered(tmp_path: Path,
     """A printing call answered, then the proc crashes or the actor fails at once: the
     answer is neither lost nor overtaken by the failure (a first design held answers in
     the proc and lost them)."""
-    env = {**os.environ, "REGENCY_SECRET": "output-order", "PYTHONUNBUFFERED": "1"}
-    if where == "worker":
-        with loopback_worker(env) as (worker, address):
-            out = run_merged(tmp_path, ENDINGS, address, env=env)
-            assert worker.wait(timeout=30) == 0
-    else:
-        out = run_merged(tmp_path, ENDINGS, env=env)
+    out = run_where(tmp_path, ENDINGS, where)
     assert [ln for ln in out.splitlines() if ln.startswith("answer")] \
         == [f"answer {k}" for k in range(6)], out
     assert out.count("ended SupervisionError") == 6, out
@@ -247,13 +249,7 @@ if sys.argv[1:]:
 def test_two_actors_of_one_proc_printing_at_once_keep_their_lines_whole(
         tmp_path: Path, where: str) -> None:
     """Without ``WholeLines`` about one line in eight was torn (``alphabeta says 0``)."""
-    env = {**os.environ, "REGENCY_SECRET": "whole-lines", "PYTHONUNBUFFERED": "1"}
-    if where == "worker":
-        with loopback_worker(env) as (worker, address):
-            out = run_merged(tmp_path, TALKERS, address, env=env)
-            assert worker.wait(timeout=30) == 0
-    else:
-        out = run_merged(tmp_path, TALKERS, env=env)
+    out = run_where(tmp_path, TALKERS, where)
     said = [ln for ln in out.splitlines() if " says " in ln]
     torn = [ln for ln in said if not re.fullmatch(r"\[.*\] (alpha|beta) says \d+", ln)]
     assert len(said) == 800 and not torn, out
@@ -305,13 +301,7 @@ if sys.argv[1:]:
 
 @pytest.mark.parametrize("where", ["this_host", "worker"])
 def test_a_line_left_unfinished_shows_when_its_proc_stops(tmp_path: Path, where: str) -> None:
-    env = {**os.environ, "REGENCY_SECRET": "whole-lines", "PYTHONUNBUFFERED": "1"}
-    if where == "worker":
-        with loopback_worker(env) as (worker, address):
-            out = run_merged(tmp_path, UNFINISHED, address, env=env)
-            assert worker.wait(timeout=30) == 0
-    else:
-        out = run_merged(tmp_path, UNFINISHED, env=env)
+    out = run_where(tmp_path, UNFINISHED, where)
     lines = out.splitlines()
     assert lines.index("stopped") > next(
         k for k, ln in enumerate(lines) if ln.endswith("] without its end")), out
