@@ -13,6 +13,7 @@ Real procs, real workers, real actors; every wait is bounded. Skips without torc
 from __future__ import annotations
 
 import gc
+import pickle
 import warnings
 
 import pytest
@@ -202,8 +203,14 @@ def test_bad_tensor_arguments_are_refused_at_the_call(procs, keeper) -> None:
             other = torch.ones(2)
         with pytest.raises(TypeError, match=r"remote tensor 1 .*WRONG_STREAM"):
             keeper.nested.call({"a": t, "b": [other]}, 1.0, extra=t)
-    with pytest.raises(TypeError, match=r"cannot be pickled.*activate"):
-        keeper.see.call(t)  # no mesh active: a remote tensor has no data here
+    assert by_rank(keeper.see.call(t).get(timeout=T)) == [[1.0, 1.0]] * 2  # its own mesh
+
+
+def test_a_remote_tensor_cannot_travel_outside_a_call(procs) -> None:
+    with procs.activate():
+        t = torch.ones(2)
+    with pytest.raises(TypeError, match=r"cannot be pickled.*fetch_shard"):
+        pickle.dumps(t)  # a remote tensor has no data here
 
 
 def test_actors_on_other_procs_cannot_take_the_tensors(procs) -> None:

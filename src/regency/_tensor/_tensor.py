@@ -93,8 +93,8 @@ class Tensor(torch.Tensor):
     def __reduce_ex__(self, protocol: Any) -> Any:
         raise TypeError(
             f"{self!r} cannot be pickled: a remote tensor has no data here. Pass it to an "
-            "actor endpoint under `with mesh.activate():` of its mesh (each actor then gets "
-            "its rank's local tensor), or fetch it with fetch_shard()")
+            "endpoint of actors spawned on its mesh's procs (each actor then gets its "
+            "rank's local tensor), or fetch it with fetch_shard()")
 
     def __del__(self) -> None:
         if getattr(self, "_dropped", "x") is None:
