@@ -130,6 +130,45 @@ def test_lines_of_a_workers_procs_come_before_the_results(tmp_path: Path) -> Non
     check(run_where(tmp_path, REMOTE, "worker", str(CALLS)))
 
 
+NESTED = """
+import sys
+from regency.actor import Actor, attach_to_workers, endpoint, this_host
+
+class Inner(Actor):
+    @endpoint
+    def say(self, i: int) -> int:
+        print(f"inside {i}")
+        return i
+
+class Outer(Actor):
+    def __init__(self, inner):
+        self.inner = inner
+
+    @endpoint
+    def ask(self, i: int) -> int:
+        return self.inner.say.call_one(i).get()  # the line is printed by another proc
+
+hosts = attach_to_workers([sys.argv[2]]) if sys.argv[2:] else this_host()
+procs = hosts.spawn_procs(per_host={"gpus": 2})
+outer = procs.slice(gpus=0).spawn("outer", Outer, procs.slice(gpus=1).spawn("inner", Inner))
+for i in range(int(sys.argv[1])):
+    print(f"result {outer.ask.call_one(i).get()}")
+procs.stop().get()
+if sys.argv[2:]:
+    hosts.shutdown()
+"""
+
+
+@pytest.mark.parametrize("where", ["this_host", "worker"])
+def test_lines_of_a_nested_call_come_before_the_result_it_led_to(tmp_path: Path,
+                                                                where: str) -> None:
+    """On a worker, the inner proc's mark goes to the outer proc, which passes it on
+    (40 of 40 results overtook their line before)."""
+    out = run_where(tmp_path, NESTED, where, str(CALLS))
+    assert len([ln for ln in out.splitlines() if re.search(r"inside \d+$", ln)]) == CALLS
+    assert not out_of_order(out), out
+
+
 NOISY = ACTORS.replace("class Async(Actor):", """
 import os, threading, time
 

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import threading
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -19,10 +21,11 @@ CONTROLLER = "tcp:10.0.0.1:4000"
 
 def counted(encoding: str = "utf-8", errors: str = "strict") -> tuple[Counted, io.BytesIO,
                                                                        Marks]:
+    """A ``Counted`` stdout over a memory buffer (its fd 1 stays what it is: counted)."""
     raw = io.BytesIO()
     stream = io.TextIOWrapper(raw, encoding=encoding, errors=errors, write_through=True)
-    marks = Marks("proc-1", {CONTROLLER}, {})
-    return Counted(stream, marks, 0), raw, marks
+    marks = Marks("proc-1", {CONTROLLER})
+    return Counted(stream, marks, 0, os.fstat(1).st_ino), raw, marks
 
 
 @given(st.lists(st.text(), max_size=8))
@@ -42,14 +45,42 @@ def test_a_latin1_stream_counts_its_own_encoding() -> None:
     assert marks.written == len(raw.getvalue()) == 10  # 12 in UTF-8
 
 
-def test_a_mark_goes_before_messages_to_the_controller_only() -> None:
+def send(marks: Marks, dest: str) -> OutputMark | None:
+    """What ``Runtime.send_reply`` does with a mark: send it, then say so."""
+    pending = marks.before_send(dest)
+    if pending is None:
+        return None
+    marks.sent(pending)
+    return pending.mark
+
+
+def test_a_mark_goes_before_the_first_message_after_a_print() -> None:
     out, _, marks = counted()
     out.write("hello\n")
     assert marks.written == 6 and marks.drained == 0
-    assert marks.before_send("unix:/tmp/other-proc") is None
+    assert send(marks, "unix:/tmp/other-proc") == OutputMark([("proc-1", 6, 0)])
+    assert send(marks, "unix:/tmp/other-proc") is None  # told already
     assert marks.drained == 0  # still to be said to the controller
-    assert marks.before_send(CONTROLLER) == OutputMark("proc-1", 6, 0)
+    assert send(marks, CONTROLLER) == OutputMark([("proc-1", 6, 0)])
     assert marks.drained == marks.written
+    assert send(marks, CONTROLLER) is not None  # Runtime asks only while written != drained
+
+
+def test_marks_of_a_called_proc_are_passed_on_to_the_controller() -> None:
+    _, _, marks = counted()
+    marks.carry(OutputMark([("proc-2", 40, 3)]))
+    assert marks.drained != marks.written  # the next message looks
+    assert send(marks, CONTROLLER) == OutputMark([("proc-1", 0, 0), ("proc-2", 40, 3)])
+    assert marks.drained == marks.written
+
+
+def test_a_thread_replying_while_another_sends_its_mark_makes_its_own() -> None:
+    out, _, marks = counted()
+    out.write("hello\n")
+    first = marks.before_send(CONTROLLER)  # not sent yet
+    assert first is not None and marks.drained != marks.written
+    second = marks.before_send(CONTROLLER)  # so this reply must not go without a mark
+    assert second is not None and second.mark == first.mark
 
 
 def test_a_mark_met_by_the_stamps_leaves_nobody_behind() -> None:
@@ -114,20 +145,70 @@ def test_the_loop_thread_never_waits_for_itself() -> None:
     assert book.behind == 1
 
 
-def test_no_marks_once_a_stream_is_sent_elsewhere() -> None:
-    """``os.dup2(devnull, 1)`` (a library silencing C output): the bytes counted would
-    never reach the agent, and each result would wait for them."""
-    r, w = os.pipe()
+def test_what_is_written_while_the_fd_points_elsewhere_is_not_counted() -> None:
+    """``os.dup2(devnull, 1)`` for a while (a library silencing C output, a capture): those
+    bytes never reach the agent, and results would wait for them."""
+    saved = os.dup(1)
+    null = os.open(os.devnull, os.O_WRONLY)
     try:
-        marks = Marks("proc-1", {CONTROLLER}, {w: os.fstat(w).st_ino})
-        marks.wrote(0, 6)
-        assert marks.before_send(CONTROLLER) == OutputMark("proc-1", 6, 0)
-        marks.wrote(0, 6)
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, w)
-        os.close(null)
-        assert marks.before_send(CONTROLLER) is None
-        assert marks.controllers == set()  # for good
+        out, raw, marks = counted()  # "fd 1" is the test process's own
+        out.write("counted\n")
+        os.dup2(null, 1)
+        out.write("silenced\n")
+        os.dup2(saved, 1)
+        out.write("counted\n")
+        assert marks.written == 16 and len(raw.getvalue()) == 25
     finally:
-        os.close(r)
-        os.close(w)
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(null)
+
+
+def test_an_await_waits_on_its_loop_until_the_lines_are_read() -> None:
+    """No executor thread: an ``await`` behind a program's busy default executor waited
+    for it (about 10 s in the review's program)."""
+    book = CatchUp()
+    book.want("p", 5, 0)
+
+    async def main() -> bool:
+        waiting = asyncio.ensure_future(book.caught_up(timeout=60))
+        await asyncio.sleep(0)  # it registered its waiter
+        reader = threading.Thread(target=book.read, args=("p", 0, 5))
+        reader.start()
+        await waiting
+        reader.join(30)
+        return book.behind == 0
+
+    assert asyncio.run(main())
+
+
+def test_an_await_gives_up_after_its_timeout_and_a_cancelled_one_leaves_no_waiter() -> None:
+    book = CatchUp()
+    book.want("p", 5, 0)
+
+    async def main() -> None:
+        await book.caught_up(timeout=0.0)
+        assert book.behind == 0  # given up
+        book.want("p", 6, 0)
+        waiting = asyncio.ensure_future(book.caught_up(timeout=60))
+        await asyncio.sleep(0)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+
+    asyncio.run(main())
+    assert book._waiters == []  # noqa: SLF001
+
+
+def test_a_lost_peer_frees_its_waiters() -> None:
+    book = CatchUp()
+    book.want("p", 5, 0)
+
+    async def main() -> None:
+        waiting = asyncio.ensure_future(book.caught_up(timeout=60))
+        await asyncio.sleep(0)
+        book.forget("p")
+        await waiting
+
+    asyncio.run(main())
+    assert book.behind == 0

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+import os
 import threading
+import time
 from collections.abc import Callable
 
 import pytest
@@ -90,3 +92,45 @@ def test_writelines_and_what_is_not_text() -> None:
     with pytest.raises(TypeError, match="must be str, not bytes"):
         lines.write(b"raw")  # type: ignore[arg-type]
     assert lines.getvalue() == "a\nbc\n"  # the rest is the wrapped stream's
+
+
+def test_a_forked_child_gets_a_free_lock_and_only_its_own_unfinished_line() -> None:
+    """A child forked while another thread held the lock printed never (DataLoader
+    workers, multiprocessing), and wrote the parent's other threads' lines a second time."""
+    r, w = os.pipe()
+    out = os.fdopen(w, "w", buffering=1)
+    lines = WholeLines(out)
+    os.register_at_fork(after_in_child=lines.after_fork)
+    theirs = Writer(lambda: lines.write("theirs "))
+    lines.write("mine ")
+    holding = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:
+        with lines._lock:  # noqa: SLF001 - a thread in the middle of a write, at the fork
+            holding.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    assert holding.wait(30)
+    pid = os.fork()
+    if pid == 0:  # the child: one thread, this one
+        try:
+            lines.write("child\n")
+            lines.flush()
+        finally:
+            os._exit(0)
+    release.set()
+    holder.join(30)
+    deadline = time.monotonic() + 30
+    while os.waitpid(pid, os.WNOHANG) == (0, 0):
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            raise AssertionError("the child hung on the inherited lock")
+        time.sleep(0.01)
+    theirs.finish()
+    out.close()
+    with os.fdopen(r) as got:
+        assert got.read() == "mine child\n"  # not the parent's other thread's

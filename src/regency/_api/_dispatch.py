@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from .._runtime._host_agent import write_lines
 from .._runtime._output_catchup import book
+from .._runtime._output_marks import Marks
 from .._runtime._runtime import Runtime
 from .._wire import _messages as m
 from ._cancel import install as install_cancel
@@ -40,10 +41,11 @@ def install(rt: Runtime) -> None:
     rt.handle(m.GetOrSpawnController, lambda msg: on_get_or_spawn_controller(rt, msg))
     rt.handle(m.Fault, lambda msg: _inject_fault(rt, msg))
     rt.handle(m.ProcOutput, _proc_output)
-    rt.handle(m.OutputMark, lambda msg: book.want(msg.proc, msg.stdout, msg.stderr))
+    rt.handle(m.OutputMark, lambda msg: _output_mark(rt, msg))
     install_wait_probes(rt)
     install_cancel(rt)
     rt.peer_lost_hooks.append(lambda addr, exc: on_peer_lost(rt, addr, exc))
+    rt.peer_lost_hooks.append(lambda addr, exc: book.forget(addr))  # no lines will come
     sup = api_state(rt).supervisor = Supervisor(rt)
     rt.undeliverable_text = sup.undeliverable
 
@@ -54,6 +56,17 @@ def _proc_output(msg: m.ProcOutput) -> None:
         write_lines(msg.label, msg.stream, msg.lines)
     if msg.read >= 0:
         book.read(msg.proc, 1 if msg.stream == "stderr" else 0, msg.read)
+
+
+def _output_mark(rt: Runtime, msg: m.OutputMark) -> None:
+    """A worker's proc marked its output: the controller waits for those lines before it
+    hands the next values over; a proc passes the marks on to the controller."""
+    marks = rt.output_fence
+    if isinstance(marks, Marks):
+        marks.carry(msg)
+    elif rt.role == "controller":
+        for proc, stdout, stderr in msg.marks:
+            book.want(proc, stdout, stderr)
 
 
 def _proc_exited(rt: Runtime, msg: m.ProcExited) -> None:

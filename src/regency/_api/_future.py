@@ -236,7 +236,7 @@ class Future(Generic[R]):
             raise ValueError("__await__ with no active event loop") from None
         if c.done():
             if lines.behind:  # a worker's proc printed before it answered (_output_catchup)
-                yield from _caught_up().__await__()
+                yield from lines.caught_up().__await__()
             return c.outcome()  # type: ignore[no-any-return,unused-ignore]
         problem = self._problem(True)
         if problem:
@@ -250,16 +250,12 @@ class Future(Generic[R]):
             self._cancel_with_waiter()  # the awaiting task was cancelled: so is the call
             raise
         if lines.behind:
-            yield from _caught_up().__await__()
+            yield from lines.caught_up().__await__()
         return value  # type: ignore[no-any-return,unused-ignore]
 
     def __repr__(self) -> str:
         state = "done" if self._completion.done() else "pending"
         return f"<regency.Future {state}>"
-
-
-async def _caught_up() -> None:
-    await asyncio.get_running_loop().run_in_executor(None, lines.wait)
 
 
 def _check_timeout(timeout: float | None) -> None:

@@ -14,6 +14,7 @@ never comes true, its lines lost with their agent say, is then given up; after
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -29,6 +30,17 @@ TIMEOUT_S = 1.0
 GIVE_UP = 3
 
 
+class _Waiter:
+    """An ``await`` waiting for the marks it saw (``Future.__await__``)."""
+
+    __slots__ = ("fut", "loop", "marks")
+
+    def __init__(self, marks: dict[str, list[int]], loop: asyncio.AbstractEventLoop) -> None:
+        self.marks = marks
+        self.loop = loop
+        self.fut: asyncio.Future[None] = loop.create_future()
+
+
 class CatchUp:
     """Marks not yet met, per proc: ``{proc: [stdout bytes, stderr bytes]}``."""
 
@@ -37,6 +49,7 @@ class CatchUp:
         self._wanted: dict[str, list[int]] = {}
         self._read: dict[str, list[int]] = {}
         self._late: dict[str, int] = {}  # marks of a proc given up on (its lines never came)
+        self._waiters: list[_Waiter] = []
         self.behind = 0  # procs with a mark not met: read without the lock, to skip wait()
         self._meeter = 0  # the thread that handles marks and stamps (the runtime's loop)
 
@@ -64,16 +77,17 @@ class CatchUp:
             if read[0] >= wanted[0] and read[1] >= wanted[1]:
                 del self._wanted[proc]
                 self.behind = len(self._wanted)
-            self._changed.notify_all()  # a waiter may need less than the latest mark
+            self._wake()  # a waiter may need less than the latest mark
 
     def forget(self, proc: str) -> None:
-        """``proc`` is gone: nothing more of it will be read (loop thread)."""
+        """``proc`` is gone, or the connection to it: nothing more of it will be read
+        (loop thread)."""
         with self._changed:
             self._read.pop(proc, None)
             self._late.pop(proc, None)
             if self._wanted.pop(proc, None) is not None:
                 self.behind = len(self._wanted)
-                self._changed.notify_all()
+                self._wake()
 
     def wait(self, timeout: float = TIMEOUT_S) -> None:
         """Return once every mark known now is met, or after ``timeout`` seconds (then
@@ -84,25 +98,64 @@ class CatchUp:
         with self._changed:
             marks = {proc: list(wanted) for proc, wanted in self._wanted.items()}
             while True:
-                late = [proc for proc, mark in marks.items() if not self._met(proc, mark)]
+                late = self._late_of(marks)
                 left = deadline - time.monotonic()
                 if not late:
                     return
                 if left <= 0:
                     break
                 self._changed.wait(left)
-            for proc in late:
-                if self._wanted.get(proc) == marks[proc]:
-                    del self._wanted[proc]
-                    self._late[proc] = self._late.get(proc, 0) + 1
-            self.behind = len(self._wanted)
-        log.debug("regency: lines of %s not forwarded within %s s", late, timeout)
+            self._give_up(marks, late)
+
+    async def caught_up(self, timeout: float = TIMEOUT_S) -> None:
+        """:meth:`wait` for an ``await``: the running loop goes on meanwhile (no thread)."""
+        with self._changed:
+            marks = {proc: list(wanted) for proc, wanted in self._wanted.items()}
+            if not self._late_of(marks):
+                return
+            waiter = _Waiter(marks, asyncio.get_running_loop())
+            self._waiters.append(waiter)
+        try:
+            await asyncio.wait_for(waiter.fut, timeout)
+        except (TimeoutError, asyncio.TimeoutError):
+            with self._changed:
+                self._give_up(marks, self._late_of(marks))
+        finally:
+            with self._changed:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+
+    def _late_of(self, marks: dict[str, list[int]]) -> list[str]:
+        return [proc for proc, mark in marks.items() if not self._met(proc, mark)]
 
     def _met(self, proc: str, mark: list[int]) -> bool:
         read = self._read.get(proc)
         if read is not None and read[0] >= mark[0] and read[1] >= mark[1]:
             return True
         return proc not in self._wanted  # forgotten (the proc ended) or given up
+
+    def _wake(self) -> None:
+        """Something was met (lock held): wake the threads, settle the awaits that wait
+        for nothing more."""
+        self._changed.notify_all()
+        for waiter in [w for w in self._waiters if not self._late_of(w.marks)]:
+            self._waiters.remove(waiter)
+            waiter.loop.call_soon_threadsafe(_settle, waiter.fut)
+
+    def _give_up(self, marks: dict[str, list[int]], late: list[str]) -> None:
+        """Forget the marks of ``late`` a waiter waited for in vain (lock held)."""
+        for proc in late:
+            if self._wanted.get(proc) == marks[proc]:
+                del self._wanted[proc]
+                self._late[proc] = self._late.get(proc, 0) + 1
+        self.behind = len(self._wanted)
+        if late:
+            log.debug("regency: lines of %s not forwarded within %s s", late, TIMEOUT_S)
+
+
+def _settle(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 #: The controller's book (one controller per process).

@@ -97,6 +97,9 @@ class Fence:
         """Before a reply or system message (to any ``dest``): :meth:`wait_out`."""
         self.wait_out()
 
+    def sent(self, pending: Any) -> None:
+        """Never called: :meth:`before_send` has no mark to send."""
+
     def wait_out(self) -> None:
         """Before a reply: flush, and return once the agent has read what was written."""
         target = self.written

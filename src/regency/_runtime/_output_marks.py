@@ -25,29 +25,33 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from typing import Any, TextIO
+from typing import Any, NamedTuple, TextIO
 
 from .. import config
 from .._wire._messages import OutputMark
 from ._output_fence import flush_streams, pipes
 
-__all__ = ["Counted", "Marks", "install"]
+__all__ = ["Counted", "Marks", "Pending", "install"]
 
 
 class Counted:
     """Stands in for ``sys.stdout`` (``index`` 0) or ``sys.stderr`` (1) in a worker's proc:
-    counts the bytes of each write once it is done; everything else is the wrapped
-    stream's."""
+    counts the bytes of each write once it is done, when its fd is still the pipe it was
+    (a write while ``os.dup2`` sent the fd elsewhere never reaches the agent); everything
+    else is the wrapped stream's."""
 
-    def __init__(self, stream: TextIO, marks: Marks, index: int) -> None:
+    def __init__(self, stream: TextIO, marks: Marks, index: int, inode: int) -> None:
         self.wrapped = stream
         self._marks = marks
         self._index = index
+        self._fd = index + 1
+        self._inode = inode
 
     def write(self, text: str) -> int:
         """Write ``text`` and count its bytes, as the stream encodes them."""
         n = self.wrapped.write(text)
-        self._marks.wrote(self._index, _size(self.wrapped, text))
+        if _inode(self._fd) == self._inode:  # a whole line each time (WholeLines above)
+            self._marks.wrote(self._index, _size(self.wrapped, text))
         return n
 
     def writelines(self, lines: Any) -> None:
@@ -68,17 +72,39 @@ def _size(stream: TextIO, text: str) -> int:
         return 0  # the write went through, somehow: an undercount only loses order
 
 
-class Marks:
-    """The bytes a worker's proc wrote to its pipes (``written``), and the total it last
-    said to the controller (``drained``, as :class:`~._output_fence.Fence` names it)."""
+def _inode(fd: int) -> int:
+    try:
+        return os.fstat(fd).st_ino
+    except OSError:
+        return -1
 
-    def __init__(self, proc: str, controllers: set[str], piped: dict[int, int]) -> None:
+
+class Pending(NamedTuple):
+    """A mark to send before a message, and what it covers of this proc's own bytes."""
+
+    mark: OutputMark
+    total: int
+    to_controller: bool
+
+
+class Marks:
+    """The bytes a worker's proc wrote to its pipes (``written``), the total its marks have
+    said to the controller (``drained``, as :class:`~._output_fence.Fence` names it; -1
+    while marks of procs it called wait to be passed on) and to anyone (``told``).
+
+    A proc that answers another proc marks its output for that one, which passes the mark
+    on with its own before its next message to the controller: the lines of a nested
+    call come before the result it led to.
+    """
+
+    def __init__(self, proc: str, controllers: set[str]) -> None:
         self.proc = proc
-        self.controllers = controllers  # the addresses a mark goes before a message to
-        self._piped = piped  # fd -> inode of the pipe it was when counting began
+        self.controllers = controllers  # the addresses a message to needs every mark first
         self.written = 0
         self.drained = 0
+        self.told = 0
         self._counts = [0, 0]
+        self._carried: dict[str, tuple[int, int]] = {}  # marks of procs this one called
         # re-entrant: a __del__ or a signal handler may print on a thread inside wrote()
         self._lock = threading.RLock()
 
@@ -88,34 +114,40 @@ class Marks:
             self._counts[index] += size
             self.written += size
 
-    def before_send(self, dest: str) -> OutputMark | None:
-        """Before a message to ``dest``: the mark to send just before it, if it goes to the
-        controller (the streams flushed, so the bytes counted are in the pipes)."""
-        if dest not in self.controllers:
-            return None
-        if _inodes(self._piped) != self._piped:  # fd 1 or 2 sent elsewhere (os.dup2)
-            self.controllers = set()  # what it counts may never reach its agent: no marks
-            return None
+    def carry(self, mark: OutputMark) -> None:
+        """A proc this one called marked its output (loop thread): pass it on."""
         with self._lock:
-            total, counts = self.written, list(self._counts)
+            for proc, out, err in mark.marks:
+                old = self._carried.get(proc, (0, 0))
+                self._carried[proc] = (max(old[0], out), max(old[1], err))
+            self.drained = -1  # the next message to the controller takes them
+
+    def before_send(self, dest: str) -> Pending | None:
+        """Before a message to ``dest``: the mark to send just before it (the streams
+        flushed, so the bytes counted are in the pipes), or None. :meth:`sent` once it is
+        on its way."""
+        to_controller = dest in self.controllers
+        with self._lock:
+            total = self.written
+            if not to_controller and total <= self.told and not self._carried:
+                return None
+            marks = [(self.proc, self._counts[0], self._counts[1])]
+            marks += [(proc, *counts) for proc, counts in self._carried.items()]
+            self._carried.clear()
         flush_streams()
-        if total > self.drained:
-            self.drained = total
-        return OutputMark(self.proc, counts[0], counts[1])
+        return Pending(OutputMark(marks), total, to_controller)
+
+    def sent(self, mark: Pending) -> None:
+        """``mark`` is on its way: a message sent after it needs no mark of those bytes (a
+        message another thread sends meanwhile makes its own)."""
+        with self._lock:
+            self.told = max(self.told, mark.total)
+            if mark.to_controller and not self._carried:
+                self.drained = max(self.drained, mark.total)
 
     def after_fork(self) -> None:
         """In a child forked by a proc: a lock another thread may have held is new."""
         self._lock = threading.RLock()
-
-
-def _inodes(fds: dict[int, int]) -> dict[int, int]:
-    found = {}
-    for fd in fds:
-        try:
-            found[fd] = os.fstat(fd).st_ino
-        except OSError:
-            found[fd] = -1
-    return found
 
 
 def install(proc: str, controllers: set[str]) -> Marks | None:
@@ -124,13 +156,13 @@ def install(proc: str, controllers: set[str]) -> Marks | None:
     and a stream is a pipe."""
     if not (config.get("order_output") and config.get("enable_log_forwarding")):
         return None
-    piped = _inodes(dict.fromkeys(pipes(), 0))
+    piped = pipes()
     if not controllers or not piped:
         return None
-    marks = Marks(proc, controllers, piped)
+    marks = Marks(proc, controllers)
     for index, name in enumerate(("stdout", "stderr")):
         stream = getattr(sys, name)
         if index + 1 in piped and stream is not None and not isinstance(stream, Counted):
-            setattr(sys, name, Counted(stream, marks, index))  # a file's count stays 0
+            setattr(sys, name, Counted(stream, marks, index, _inode(index + 1)))
     os.register_at_fork(after_in_child=marks.after_fork)
     return marks

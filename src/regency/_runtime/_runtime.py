@@ -256,13 +256,15 @@ class Runtime:
         fence = self.output_fence
         if fence is not None and fence.written != fence.drained:
             # the lines printed before it go first (_output_fence), or its mark (_output_marks)
-            mark = fence.before_send(port[0])
-            if mark is not None:
-                frame_of_mark = _sys_frame(mark)
+            pending = fence.before_send(port[0])
+            if pending is not None:
+                frame_of_mark = _sys_frame(pending.mark)
                 if not self.lines.send(port[0], frame_of_mark, False):
                     self.post(port[0], frame_of_mark)
                     self.post(port[0], frame)  # the same way as its mark, after it
+                    fence.sent(pending)
                     return
+                fence.sent(pending)
         if not self.lines.send(port[0], frame, False):  # no open connection: the general way
             self.post(port[0], frame)
 
@@ -271,9 +273,10 @@ class Runtime:
         frame = _sys_frame(msg)
         fence = self.output_fence
         if fence is not None and fence.written != fence.drained:
-            mark = fence.before_send(to)  # an actor's failure after its last lines
-            if mark is not None:
-                self.post(to, _sys_frame(mark))
+            pending = fence.before_send(to)  # an actor's failure after its last lines
+            if pending is not None:
+                self.post(to, _sys_frame(pending.mark))
+                fence.sent(pending)
         self.post(to, frame)
 
     def handle(self, kind: type[M], handler: Callable[[M], None]) -> None:

@@ -12,6 +12,7 @@ What bypasses ``sys.stdout`` (C code writing to fd 1, a subprocess) is not held.
 from __future__ import annotations
 
 import atexit
+import os
 import sys
 import threading
 from typing import Any, TextIO
@@ -73,6 +74,14 @@ class WholeLines:
             self._send(set(self._open))
             self.wrapped.flush()
 
+    def after_fork(self) -> None:
+        """In a child a proc forked: the lock another thread may have held is new, and the
+        unfinished lines of the parent's other threads stay the parent's to write (the
+        forking thread's own goes on in the child, as a buffered stream's would)."""
+        self._lock = threading.RLock()
+        me = threading.get_ident()
+        self._open = {me: self._open[me]} if me in self._open else {}
+
     def _send(self, idents: set[int]) -> None:
         pieces = [self._open.pop(ident) for ident in idents if ident in self._open]
         if pieces:
@@ -97,5 +106,7 @@ def install() -> None:
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
         if stream is not None and not isinstance(stream, WholeLines):
-            setattr(sys, name, WholeLines(stream))
+            lines = WholeLines(stream)
+            setattr(sys, name, lines)
+            os.register_at_fork(after_in_child=lines.after_fork)
     atexit.register(flush_all)

@@ -188,13 +188,12 @@ class ProcOutput(SystemMessage):
 @system_message("output_mark")
 @dataclass(slots=True)
 class OutputMark(SystemMessage):
-    """From a worker's proc to its controller, just before a reply or system message
-    there: the bytes it had written to its stdout and stderr pipes. The controller lets
-    the reply be seen once its agent's ``proc_output`` has said it read as many."""
+    """From a worker's proc, just before a reply or system message: ``(proc, stdout bytes,
+    stderr bytes)`` it had written to its pipes, with the marks of procs it called that it
+    passes on. The controller lets a reply be seen once each proc's agent has said in
+    ``proc_output`` that it read as many; a proc passes the marks on to the controller."""
 
-    proc: str
-    stdout: int
-    stderr: int
+    marks: list[tuple[str, int, int]]
 
 
 @system_message("stop_procs")
