@@ -148,23 +148,28 @@ class Outer(Actor):
     def ask(self, i: int) -> int:
         return self.inner.say.call_one(i).get()  # the line is printed by another proc
 
-hosts = attach_to_workers([sys.argv[2]]) if sys.argv[2:] else this_host()
+mixed = sys.argv[2] == "mixed"  # the outer actor on this host, the inner on the worker
+hosts = attach_to_workers([sys.argv[3]]) if sys.argv[3:] else this_host()
 procs = hosts.spawn_procs(per_host={"gpus": 2})
-outer = procs.slice(gpus=0).spawn("outer", Outer, procs.slice(gpus=1).spawn("inner", Inner))
+inner = procs.slice(gpus=1).spawn("inner", Inner)
+here = this_host().spawn_procs(per_host={"gpus": 1}) if mixed else procs.slice(gpus=0)
+outer = here.spawn("outer", Outer, inner)
 for i in range(int(sys.argv[1])):
     print(f"result {outer.ask.call_one(i).get()}")
 procs.stop().get()
-if sys.argv[2:]:
+if sys.argv[3:]:
     hosts.shutdown()
 """
 
 
-@pytest.mark.parametrize("where", ["this_host", "worker"])
-def test_lines_of_a_nested_call_come_before_the_result_it_led_to(tmp_path: Path,
-                                                                where: str) -> None:
-    """On a worker, the inner proc's mark goes to the outer proc, which passes it on
-    (40 of 40 results overtook their line before)."""
-    out = run_where(tmp_path, NESTED, where, str(CALLS))
+@pytest.mark.parametrize(("where", "mode"), [("this_host", "same"), ("worker", "same"),
+                                             ("worker", "mixed")])
+def test_lines_of_a_nested_call_come_before_the_result_it_led_to(tmp_path: Path, where: str,
+                                                                mode: str) -> None:
+    """On a worker, the inner proc's mark goes to the outer proc, which passes it on to
+    the controller, also from a ``this_host()`` proc (40 of 40 results overtook their line
+    before)."""
+    out = run_where(tmp_path, NESTED, where, str(CALLS), mode)
     assert len([ln for ln in out.splitlines() if re.search(r"inside \d+$", ln)]) == CALLS
     assert not out_of_order(out), out
 

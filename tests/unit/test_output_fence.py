@@ -16,6 +16,9 @@ import pytest
 from regency._runtime import _output, _output_fence
 from regency._runtime._output import LineGuard
 from regency._runtime._output_fence import Fence, Marked
+from regency._wire._messages import OutputMark
+
+CONTROLLER = "unix:/tmp/controller"
 
 
 def send(fence: Fence) -> None:
@@ -25,7 +28,7 @@ def send(fence: Fence) -> None:
 
 
 def test_marked_streams_count_writes_and_pass_everything_else_on() -> None:
-    fence = Fence([])
+    fence = Fence([], {CONTROLLER})
     buffer = io.StringIO()
     stream = Marked(buffer, fence)  # type: ignore[arg-type]
     assert fence.written == 0
@@ -40,7 +43,7 @@ def test_a_write_is_counted_only_once_it_is_done() -> None:
     """Counted before it was done, a write could be taken as covered by a flush another
     thread made meanwhile, before its bytes: the reply after it then overtook the line
     (seen once in 80 runs of tests/system/test_output_order.py)."""
-    fence = Fence([])
+    fence = Fence([], {CONTROLLER})
     seen: list[int] = []
 
     class Stream(io.StringIO):
@@ -53,7 +56,7 @@ def test_a_write_is_counted_only_once_it_is_done() -> None:
 
 
 def test_a_reply_after_no_print_does_not_wait() -> None:
-    fence = Fence([])
+    fence = Fence([], {CONTROLLER})
     send(fence)  # nothing written: no flush, no wait
     assert fence.written == fence.drained == 0
 
@@ -61,7 +64,7 @@ def test_a_reply_after_no_print_does_not_wait() -> None:
 def test_a_reply_waits_until_the_agent_has_read_the_pipe() -> None:
     r, w = os.pipe()
     try:
-        fence = Fence([w])
+        fence = Fence([w], {CONTROLLER})
         os.write(w, b"printed\n")
         fence.wrote()
         got: list[bytes] = []
@@ -83,7 +86,7 @@ def test_a_pipe_refilled_by_another_writer_ends_the_wait_once_it_was_read(
     monkeypatch.setattr(_output_fence, "TIMEOUT_S", 600.0)
     r, w = os.pipe()
     try:
-        fence = Fence([w])
+        fence = Fence([w], {CONTROLLER})
         os.write(w, b"printed\n" + b"x" * 1000)
         fence.wrote()
         done = threading.Event()
@@ -111,7 +114,7 @@ def test_a_pipe_nobody_reads_holds_a_reply_back_only_so_long(
     monkeypatch.setattr(_output_fence, "TIMEOUT_S", 0.05)
     r, w = os.pipe()
     try:
-        fence = Fence([w])
+        fence = Fence([w], {CONTROLLER})
         os.write(w, b"nobody reads this\n")
         fence.wrote()
         send(fence)  # given up: order is lost, the reply is not
@@ -123,7 +126,7 @@ def test_a_pipe_nobody_reads_holds_a_reply_back_only_so_long(
 
 def test_a_print_inside_a_write_does_not_deadlock() -> None:
     """A ``__del__`` or a signal handler may print on a thread inside ``wrote()``."""
-    fence = Fence([])
+    fence = Fence([], {CONTROLLER})
     stream = Marked(io.StringIO(), fence)  # type: ignore[arg-type]
     with fence._counting:  # as if inside wrote() on this thread
         print("from __del__", file=stream)  # type: ignore[arg-type]
@@ -164,3 +167,17 @@ def test_holding_one_stream_never_waits_for_the_other(monkeypatch: pytest.Monkey
         agent.join(timeout=30)
         assert not agent.is_alive()
     assert out.wrapped.getvalue() == "[p 0] printed\n"
+
+
+def test_marks_of_a_worker_proc_it_called_go_before_its_next_message_to_the_controller(
+) -> None:
+    """A ``this_host()`` proc that called a worker's proc passes that proc's output mark on
+    (ADR 0039); it does not wait for those lines itself."""
+    fence = Fence([], {CONTROLLER})
+    fence.carry(OutputMark([("worker-proc", 7, 0)]))
+    assert fence.written != fence.drained  # the next message looks
+    assert fence.before_send("unix:/tmp/another-proc") is None
+    pending = fence.before_send(CONTROLLER)
+    assert pending is not None and pending.mark == OutputMark([("worker-proc", 7, 0)])
+    fence.sent(pending)
+    assert not fence.carried and fence.before_send(CONTROLLER) is None

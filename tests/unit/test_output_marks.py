@@ -17,6 +17,7 @@ from regency._runtime._output_marks import Counted, Marks
 from regency._wire._messages import OutputMark
 
 CONTROLLER = "tcp:10.0.0.1:4000"
+OTHER = "unix:/tmp/other-proc"
 
 
 def counted(encoding: str = "utf-8", errors: str = "strict") -> tuple[Counted, io.BytesIO,
@@ -36,13 +37,13 @@ def test_the_count_is_the_bytes_that_reached_the_stream(texts: list[str]) -> Non
             out.write(text)
         except UnicodeEncodeError:
             pass  # not written, not counted (a lone surrogate outside the escape range)
-    assert marks.written == len(raw.getvalue())
+    assert marks.counts[0] == len(raw.getvalue())
 
 
 def test_a_latin1_stream_counts_its_own_encoding() -> None:
     out, raw, marks = counted(encoding="latin-1")
     out.writelines(["café\n", "naïve"])
-    assert marks.written == len(raw.getvalue()) == 10  # 12 in UTF-8
+    assert marks.counts[0] == len(raw.getvalue()) == 10  # 12 in UTF-8
 
 
 def send(marks: Marks, dest: str) -> OutputMark | None:
@@ -57,21 +58,24 @@ def send(marks: Marks, dest: str) -> OutputMark | None:
 def test_a_mark_goes_before_the_first_message_after_a_print() -> None:
     out, _, marks = counted()
     out.write("hello\n")
-    assert marks.written == 6 and marks.drained == 0
-    assert send(marks, "unix:/tmp/other-proc") == OutputMark([("proc-1", 6, 0)])
-    assert send(marks, "unix:/tmp/other-proc") is None  # told already
-    assert marks.drained == 0  # still to be said to the controller
+    assert marks.counts == (6, 0) and marks.written != marks.drained
+    assert send(marks, OTHER) == OutputMark([("proc-1", 6, 0)])
+    assert send(marks, OTHER) is None  # told already
+    assert marks.written != marks.drained  # still to be said to the controller
     assert send(marks, CONTROLLER) == OutputMark([("proc-1", 6, 0)])
-    assert marks.drained == marks.written
+    assert marks.written == marks.drained
     assert send(marks, CONTROLLER) is not None  # Runtime asks only while written != drained
 
 
-def test_marks_of_a_called_proc_are_passed_on_to_the_controller() -> None:
+def test_marks_of_a_called_proc_are_passed_on_until_they_reach_the_controller() -> None:
     _, _, marks = counted()
     marks.carry(OutputMark([("proc-2", 40, 3)]))
-    assert marks.drained != marks.written  # the next message looks
-    assert send(marks, CONTROLLER) == OutputMark([("proc-1", 0, 0), ("proc-2", 40, 3)])
-    assert marks.drained == marks.written
+    assert marks.written != marks.drained  # the next message looks
+    both = OutputMark([("proc-1", 0, 0), ("proc-2", 40, 3)])
+    assert send(marks, OTHER) == both  # a proc on the way to the controller gets them too
+    assert send(marks, "unix:/tmp/third-proc") == both  # so does a third (a port's owner)
+    assert send(marks, CONTROLLER) == both
+    assert marks.written == marks.drained and not marks.carried
 
 
 def test_a_thread_replying_while_another_sends_its_mark_makes_its_own() -> None:
@@ -157,7 +161,7 @@ def test_what_is_written_while_the_fd_points_elsewhere_is_not_counted() -> None:
         out.write("silenced\n")
         os.dup2(saved, 1)
         out.write("counted\n")
-        assert marks.written == 16 and len(raw.getvalue()) == 25
+        assert marks.counts == (16, 0) and len(raw.getvalue()) == 25
     finally:
         os.dup2(saved, 1)
         os.close(saved)
@@ -200,7 +204,7 @@ def test_an_await_gives_up_after_its_timeout_and_a_cancelled_one_leaves_no_waite
     assert book._waiters == []  # noqa: SLF001
 
 
-def test_a_lost_peer_frees_its_waiters() -> None:
+def test_an_ended_proc_frees_its_waiters_and_its_later_marks_are_met() -> None:
     book = CatchUp()
     book.want("p", 5, 0)
 
@@ -211,4 +215,6 @@ def test_a_lost_peer_frees_its_waiters() -> None:
         await waiting
 
     asyncio.run(main())
+    assert book.behind == 0
+    book.want("p", 9, 9)  # passed on by a proc it answered, after it ended
     assert book.behind == 0

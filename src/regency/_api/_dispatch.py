@@ -14,9 +14,9 @@ Procs add ``StopProc`` (``_proc_main``), workers their lease messages (``_worker
 
 from __future__ import annotations
 
+from .. import config
 from .._runtime._host_agent import write_lines
 from .._runtime._output_catchup import book
-from .._runtime._output_marks import Marks
 from .._runtime._runtime import Runtime
 from .._wire import _messages as m
 from ._cancel import install as install_cancel
@@ -45,7 +45,7 @@ def install(rt: Runtime) -> None:
     install_wait_probes(rt)
     install_cancel(rt)
     rt.peer_lost_hooks.append(lambda addr, exc: on_peer_lost(rt, addr, exc))
-    rt.peer_lost_hooks.append(lambda addr, exc: book.forget(addr))  # no lines will come
+    rt.peer_lost_hooks.append(lambda addr, exc: _lines_lost_with(rt, addr))
     sup = api_state(rt).supervisor = Supervisor(rt)
     rt.undeliverable_text = sup.undeliverable
 
@@ -61,12 +61,21 @@ def _proc_output(msg: m.ProcOutput) -> None:
 def _output_mark(rt: Runtime, msg: m.OutputMark) -> None:
     """A worker's proc marked its output: the controller waits for those lines before it
     hands the next values over; a proc passes the marks on to the controller."""
-    marks = rt.output_fence
-    if isinstance(marks, Marks):
-        marks.carry(msg)
-    elif rt.role == "controller":
+    fence = rt.output_fence
+    if fence is not None:  # a proc that orders its output: it passes the marks on
+        fence.carry(msg)
+    elif rt.role == "controller" and config.get("order_output"):
         for proc, stdout, stderr in msg.marks:
             book.want(proc, stdout, stderr)
+
+
+def _lines_lost_with(rt: Runtime, addr: str) -> None:
+    """A worker's agent was lost: the lines of its procs will not come. (A lost proc's
+    come after its connection ends, from its agent: its ``ProcExited`` forgets it.)"""
+    for record in api_state(rt).proc_meshes.values():
+        for proc, agent in zip(record.addr_list, record.agents, strict=False):
+            if agent == addr:
+                book.forget(proc)
 
 
 def _proc_exited(rt: Runtime, msg: m.ProcExited) -> None:

@@ -57,13 +57,16 @@ def run_proc(spec: dict[str, Any]) -> int:
     _current.set_runtime(rt)
     host_agent = spec["host_agent"]
     rt.root = spec["root"]
+    rt.root_addresses = {rt.root, *spec.get("root_addresses", ())}
     rt.host_agent = host_agent
     rt.proc_uid = spec["mesh_uid"]
     rt.proc_rank = spec["rank"]
     _dispatch.install(rt)
-    _output_fence.install(rt)  # a reply waits for the lines printed before it
-    if rt.output_fence is None and spec.get("output_marks_to"):  # a worker's proc
-        rt.output_fence = _output_marks.install(spec["addr"], {spec["output_marks_to"]})
+    if spec.get("order_output", True):  # as the spawner has it (its env var too)
+        _output_fence.install(rt)  # a reply waits for the lines printed before it
+        if rt.output_fence is None and spec.get("output_marks_to"):  # a worker's proc
+            rt.output_fence = _output_marks.install(
+                spec["addr"], {spec["output_marks_to"], *rt.root_addresses})
     _whole_lines.install()  # two actors printing at once do not tear each other's lines
     _debug_rank.install()  # breakpoint() pauses this rank; the console is at the controller
     arm_stack_dumps()  # its host agent can read every thread's stack, whatever it is doing

@@ -469,7 +469,9 @@ class HostMesh(MeshTrait):
         spec = {"job": rt.job, "root": rt.root, "mesh_uid": uid,
                 "mesh_name": name, "shape": shape, "proc_addrs": tuple(addrs),
                 "host_agents": tuple(agents),
-                "bootstrap": _pickled(bootstrap), "config": config.get_runtime_config()}
+                "bootstrap": _pickled(bootstrap), "config": config.get_runtime_config(),
+                "order_output": bool(config.get("order_output")),  # set by env here, too
+                "root_addresses": sorted(_root_addresses(rt))}  # where output marks end
         record.spec = spec
         supervisor(rt).mesh_spawned(uid, _owner_uid(), "proc", name, shape, tuple(addrs))
         if rt.role == "controller" and _owner_uid() is None:  # procs up / total on a TTY
@@ -559,6 +561,13 @@ class HostMesh(MeshTrait):
 
     def __repr__(self) -> str:
         return f"<HostMesh {self._shape_.extent}>"
+
+
+def _root_addresses(rt: Runtime) -> set[str]:
+    """Every address the controller answers to (its tcp one once it attached workers)."""
+    if rt.role == "controller":
+        return {rt.root, *rt.my_addresses}
+    return {rt.root, *rt.root_addresses}
 
 
 def proc_mesh_of(rt: Runtime) -> ProcMesh:

@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import threading
 import time
 
 __all__ = ["GIVE_UP", "TIMEOUT_S", "CatchUp", "book"]
 
 log = logging.getLogger("regency.output")
+
+#: What an ended proc counts as having forwarded: more than any mark of it says.
+ENDED = sys.maxsize
 
 #: Seconds a result waits for its proc's lines before it is shown without them.
 TIMEOUT_S = 1.0
@@ -80,10 +84,10 @@ class CatchUp:
             self._wake()  # a waiter may need less than the latest mark
 
     def forget(self, proc: str) -> None:
-        """``proc`` is gone, or the connection to it: nothing more of it will be read
-        (loop thread)."""
+        """``proc`` is gone (or its agent): nothing more of it will be read, and a mark of
+        it that still comes (passed on by a proc it answered) is met (loop thread)."""
         with self._changed:
-            self._read.pop(proc, None)
+            self._read[proc] = [ENDED, ENDED]
             self._late.pop(proc, None)
             if self._wanted.pop(proc, None) is not None:
                 self.behind = len(self._wanted)

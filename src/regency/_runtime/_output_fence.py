@@ -37,6 +37,8 @@ import time
 from typing import TYPE_CHECKING, Any, TextIO
 
 from .. import config
+from .._wire._messages import OutputMark
+from ._output_carry import Carried, Pending, as_list
 
 if TYPE_CHECKING:
     from ._runtime import Runtime
@@ -81,10 +83,13 @@ class Fence:
     by another thread's flush that came before its bytes).
     """
 
-    def __init__(self, pipes: list[int]) -> None:
-        self.written = 0  # writes to sys.stdout and sys.stderr done
+    def __init__(self, pipes: list[int], controllers: set[str]) -> None:
+        self.written = 0  # writes to sys.stdout and sys.stderr done (and marks received)
         self.drained = 0  # writes whose bytes the agent has read
         self.pipes = pipes  # our stdout and stderr pipes (write ends: fds 1 and 2)
+        self.controllers = controllers
+        # the output marks of worker procs this one called, for the controller (ADR 0039)
+        self.carried = Carried()
         # re-entrant: a __del__ or a signal handler may print on a thread inside wrote()
         self._counting = threading.RLock()
 
@@ -93,12 +98,26 @@ class Fence:
         with self._counting:
             self.written += 1
 
-    def before_send(self, dest: str) -> None:
-        """Before a reply or system message (to any ``dest``): :meth:`wait_out`."""
-        self.wait_out()
+    def carry(self, mark: OutputMark) -> None:
+        """A worker's proc this one called marked its output: pass it on to the controller
+        (loop thread)."""
+        self.carried.add(mark)
+        self.wrote()  # the next message looks
 
-    def sent(self, pending: Any) -> None:
-        """Never called: :meth:`before_send` has no mark to send."""
+    def before_send(self, dest: str) -> Pending | None:
+        """Before a reply or system message (to any ``dest``): :meth:`wait_out`; to the
+        controller, the marks of worker procs this one called go just before it."""
+        self.wait_out()
+        if dest not in self.controllers or not self.carried:
+            return None
+        carried = self.carried.snapshot()
+        return Pending(OutputMark(as_list(carried)), dest, 0, carried)
+
+    def sent(self, pending: Pending) -> None:
+        """The marks of ``pending`` reached the controller's connection."""
+        self.carried.settle(pending.carried)
+        if self.carried:
+            self.wrote()  # more came meanwhile: the next message looks again
 
     def wait_out(self) -> None:
         """Before a reply: flush, and return once the agent has read what was written."""
@@ -111,6 +130,7 @@ class Fence:
     def after_fork(self) -> None:
         """In a child forked by a proc: a lock another thread may have held is new."""
         self._counting = threading.RLock()
+        self.carried.after_fork()
 
 
 def flush_streams() -> None:
@@ -178,7 +198,7 @@ def install(rt: Runtime) -> Fence | None:
     piped = pipes()
     if not piped:
         return None
-    fence = Fence(piped)
+    fence = Fence(piped, {rt.root, *rt.root_addresses})
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
         if stream is not None and not isinstance(stream, Marked):

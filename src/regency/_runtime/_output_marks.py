@@ -25,13 +25,14 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from typing import Any, NamedTuple, TextIO
+from typing import Any, TextIO
 
 from .. import config
 from .._wire._messages import OutputMark
+from ._output_carry import Carried, Pending, as_list
 from ._output_fence import flush_streams, pipes
 
-__all__ = ["Counted", "Marks", "Pending", "install"]
+__all__ = ["Counted", "Marks", "install"]
 
 
 class Counted:
@@ -79,75 +80,72 @@ def _inode(fd: int) -> int:
         return -1
 
 
-class Pending(NamedTuple):
-    """A mark to send before a message, and what it covers of this proc's own bytes."""
-
-    mark: OutputMark
-    total: int
-    to_controller: bool
-
-
 class Marks:
-    """The bytes a worker's proc wrote to its pipes (``written``), the total its marks have
-    said to the controller (``drained``, as :class:`~._output_fence.Fence` names it; -1
-    while marks of procs it called wait to be passed on) and to anyone (``told``).
+    """What a worker's proc has to say before its messages: the bytes it wrote to its pipes,
+    and the marks of procs it called (:class:`~._output_carry.Carried`).
 
-    A proc that answers another proc marks its output for that one, which passes the mark
-    on with its own before its next message to the controller: the lines of a nested
-    call come before the result it led to.
+    ``written`` counts changes (a counted write, a mark received); ``drained`` is the count
+    the last mark sent to the controller covered (the names :class:`~._output_fence.Fence`
+    gives ``Runtime`` to compare), ``told`` the same per other destination. A mark goes
+    before a message to the controller while something is unsaid there, and before one to
+    another proc while something is unsaid to that proc (it passes the marks on); passed-on
+    marks are forgotten once they reach the controller.
     """
 
     def __init__(self, proc: str, controllers: set[str]) -> None:
         self.proc = proc
-        self.controllers = controllers  # the addresses a message to needs every mark first
+        self.controllers = controllers  # where marks end (the controller's addresses)
         self.written = 0
         self.drained = 0
-        self.told = 0
+        self.told: dict[str, int] = {}  # another proc -> ``written`` its last mark covered
+        self.carried = Carried()
         self._counts = [0, 0]
-        self._carried: dict[str, tuple[int, int]] = {}  # marks of procs this one called
         # re-entrant: a __del__ or a signal handler may print on a thread inside wrote()
         self._lock = threading.RLock()
+
+    @property
+    def counts(self) -> tuple[int, int]:
+        """The bytes counted so far: (stdout's, stderr's)."""
+        return self._counts[0], self._counts[1]
 
     def wrote(self, index: int, size: int) -> None:
         """Count ``size`` bytes written to stream ``index`` (any thread)."""
         with self._lock:
             self._counts[index] += size
-            self.written += size
+            self.written += 1
 
     def carry(self, mark: OutputMark) -> None:
         """A proc this one called marked its output (loop thread): pass it on."""
+        self.carried.add(mark)
         with self._lock:
-            for proc, out, err in mark.marks:
-                old = self._carried.get(proc, (0, 0))
-                self._carried[proc] = (max(old[0], out), max(old[1], err))
-            self.drained = -1  # the next message to the controller takes them
+            self.written += 1
 
     def before_send(self, dest: str) -> Pending | None:
         """Before a message to ``dest``: the mark to send just before it (the streams
         flushed, so the bytes counted are in the pipes), or None. :meth:`sent` once it is
-        on its way."""
-        to_controller = dest in self.controllers
+        on its way; until then a message another thread sends makes a mark of its own."""
         with self._lock:
-            total = self.written
-            if not to_controller and total <= self.told and not self._carried:
+            version = self.written
+            if dest not in self.controllers and version <= self.told.get(dest, 0):
                 return None
-            marks = [(self.proc, self._counts[0], self._counts[1])]
-            marks += [(proc, *counts) for proc, counts in self._carried.items()]
-            self._carried.clear()
+            own = (self.proc, self._counts[0], self._counts[1])
+        carried = self.carried.snapshot()
         flush_streams()
-        return Pending(OutputMark(marks), total, to_controller)
+        return Pending(OutputMark([own, *as_list(carried)]), dest, version, carried)
 
-    def sent(self, mark: Pending) -> None:
-        """``mark`` is on its way: a message sent after it needs no mark of those bytes (a
-        message another thread sends meanwhile makes its own)."""
+    def sent(self, pending: Pending) -> None:
+        """``pending``'s mark is on its way."""
         with self._lock:
-            self.told = max(self.told, mark.total)
-            if mark.to_controller and not self._carried:
-                self.drained = max(self.drained, mark.total)
+            if pending.dest not in self.controllers:
+                self.told[pending.dest] = max(self.told.get(pending.dest, 0), pending.version)
+                return
+            self.drained = max(self.drained, pending.version)
+        self.carried.settle(pending.carried)
 
     def after_fork(self) -> None:
         """In a child forked by a proc: a lock another thread may have held is new."""
         self._lock = threading.RLock()
+        self.carried.after_fork()
 
 
 def install(proc: str, controllers: set[str]) -> Marks | None:

@@ -137,6 +137,7 @@ class Runtime:
         self.mailbox_high = int(config.get("mailbox_high_water_bytes")) or (1 << 62)
         # -- where this process stands in the job (set by whoever starts the runtime) --------
         self.root = ""  # the root client's address ("" on a worker between controllers)
+        self.root_addresses: set[str] = set()  # in a proc: all of them, as it was spawned
         self.host_agent = ""  # the address of this machine's host agent
         self.agent: HostAgent | None = None  # the host agent, in the process that runs it
         self.thread: threading.Thread | None = None  # the controller's runtime thread
