@@ -176,8 +176,23 @@ def test_marks_of_a_worker_proc_it_called_go_before_its_next_message_to_the_cont
     fence = Fence([], {CONTROLLER})
     fence.carry(OutputMark([("worker-proc", 7, 0)]))
     assert fence.written != fence.drained  # the next message looks
-    assert fence.before_send("unix:/tmp/another-proc") is None
     pending = fence.before_send(CONTROLLER)
     assert pending is not None and pending.mark == OutputMark([("worker-proc", 7, 0)])
     fence.sent(pending)
     assert not fence.carried and fence.before_send(CONTROLLER) is None
+
+
+def test_a_this_host_proc_between_two_worker_procs_passes_their_marks_on() -> None:
+    """Controller -> worker proc -> this proc -> worker proc: the marks must reach the
+    first worker proc, which passes them on to the controller."""
+    fence = Fence([], {CONTROLLER})
+    fence.carry(OutputMark([("worker-2", 7, 0)]))
+    pending = fence.before_send("tcp:10.0.0.2:5000")  # the reply to the first worker proc
+    assert pending is not None and pending.mark == OutputMark([("worker-2", 7, 0)])
+    fence.sent(pending)
+    assert fence.before_send("tcp:10.0.0.2:5000") is None  # once per change
+    assert fence.written != fence.drained  # still unsaid at the controller: it looks
+    pending = fence.before_send(CONTROLLER)
+    assert pending is not None
+    fence.sent(pending)
+    assert fence.before_send(CONTROLLER) is None and fence.written == fence.drained

@@ -218,3 +218,21 @@ def test_an_ended_proc_frees_its_waiters_and_its_later_marks_are_met() -> None:
     assert book.behind == 0
     book.want("p", 9, 9)  # passed on by a proc it answered, after it ended
     assert book.behind == 0
+
+
+def test_a_mark_that_says_nothing_new_is_not_passed_on_again() -> None:
+    """Two procs calling each other sent each other the same marks for ever (400 marks
+    for one print in a review's ping-pong of 200 rounds)."""
+    _, _, marks = counted()
+    marks.carry(OutputMark([("proc-2", 4, 0)]))
+    assert send(marks, OTHER) == OutputMark([("proc-1", 0, 0), ("proc-2", 4, 0)])
+    marks.carry(OutputMark([("proc-2", 4, 0), ("proc-1", 0, 0)]))  # its own, and old news
+    assert send(marks, OTHER) is None
+
+
+def test_an_ended_agents_procs_are_forgotten_by_their_names() -> None:
+    book = CatchUp()
+    book.want("via:tcp:10.0.0.2:4000/mesh-1", 5, 0)
+    book.want("via:tcp:10.0.0.3:4000/mesh-1", 5, 0)
+    book.forget_procs_of("tcp:10.0.0.2:4000")
+    assert book.behind == 1  # the other host's proc still has lines to come

@@ -70,8 +70,10 @@ def _output_mark(rt: Runtime, msg: m.OutputMark) -> None:
 
 
 def _lines_lost_with(rt: Runtime, addr: str) -> None:
-    """A worker's agent was lost: the lines of its procs will not come. (A lost proc's
-    come after its connection ends, from its agent: its ``ProcExited`` forgets it.)"""
+    """A worker's agent was lost: the lines of its procs will not come (a worker's procs
+    are named ``via:AGENT/...``, whoever spawned them). A lost proc's lines come after its
+    connection ends, from its agent: its ``ProcExited`` forgets it."""
+    book.forget_procs_of(addr)
     for record in api_state(rt).proc_meshes.values():
         for proc, agent in zip(record.addr_list, record.agents, strict=False):
             if agent == addr:

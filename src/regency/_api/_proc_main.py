@@ -53,6 +53,8 @@ def run_proc(spec: dict[str, Any]) -> int:
     """Serve as a proc described by ``spec``; returns the exit code."""
     faulthandler.enable()  # a crash prints the Python stack to stderr, into the failure report
     config.configure(**spec.get("config", {}))
+    if "order_output" in spec:  # the controller's, even from its environment: it decides
+        config.configure(order_output=spec["order_output"])
     rt = Runtime(secret=spec["secret"], job=spec["job"], role="proc")
     _current.set_runtime(rt)
     host_agent = spec["host_agent"]
@@ -62,11 +64,10 @@ def run_proc(spec: dict[str, Any]) -> int:
     rt.proc_uid = spec["mesh_uid"]
     rt.proc_rank = spec["rank"]
     _dispatch.install(rt)
-    if spec.get("order_output", True):  # as the spawner has it (its env var too)
-        _output_fence.install(rt)  # a reply waits for the lines printed before it
-        if rt.output_fence is None and spec.get("output_marks_to"):  # a worker's proc
-            rt.output_fence = _output_marks.install(
-                spec["addr"], {spec["output_marks_to"], *rt.root_addresses})
+    _output_fence.install(rt)  # a reply waits for the lines printed before it
+    if rt.output_fence is None and spec.get("output_marks_to"):  # a worker's proc
+        rt.output_fence = _output_marks.install(
+            spec["addr"], {spec["output_marks_to"], *rt.root_addresses})
     _whole_lines.install()  # two actors printing at once do not tear each other's lines
     _debug_rank.install()  # breakpoint() pauses this rank; the console is at the controller
     arm_stack_dumps()  # its host agent can read every thread's stack, whatever it is doing

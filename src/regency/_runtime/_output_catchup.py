@@ -93,6 +93,15 @@ class CatchUp:
                 self.behind = len(self._wanted)
                 self._wake()
 
+    def forget_procs_of(self, agent: str) -> None:
+        """The host agent at ``agent`` is gone: forget the procs named after it (loop
+        thread)."""
+        prefix = f"via:{agent}/"
+        with self._changed:
+            procs = [p for p in {*self._wanted, *self._read} if p.startswith(prefix)]
+        for proc in procs:
+            self.forget(proc)
+
     def wait(self, timeout: float = TIMEOUT_S) -> None:
         """Return once every mark known now is met, or after ``timeout`` seconds (then
         those marks are given up). At once on the loop's thread, which meets them."""

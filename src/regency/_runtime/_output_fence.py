@@ -88,8 +88,8 @@ class Fence:
         self.drained = 0  # writes whose bytes the agent has read
         self.pipes = pipes  # our stdout and stderr pipes (write ends: fds 1 and 2)
         self.controllers = controllers
-        # the output marks of worker procs this one called, for the controller (ADR 0039)
-        self.carried = Carried()
+        # the output marks of worker procs this one called, passed on (ADR 0039)
+        self.carried = Carried("")  # it makes no marks of its own (it waits instead)
         # re-entrant: a __del__ or a signal handler may print on a thread inside wrote()
         self._counting = threading.RLock()
 
@@ -99,25 +99,26 @@ class Fence:
             self.written += 1
 
     def carry(self, mark: OutputMark) -> None:
-        """A worker's proc this one called marked its output: pass it on to the controller
-        (loop thread)."""
-        self.carried.add(mark)
-        self.wrote()  # the next message looks
+        """A worker's proc this one called marked its output: pass it on (loop thread)."""
+        if self.carried.add(mark):
+            self.wrote()  # the next message looks
 
     def before_send(self, dest: str) -> Pending | None:
-        """Before a reply or system message (to any ``dest``): :meth:`wait_out`; to the
-        controller, the marks of worker procs this one called go just before it."""
+        """Before a reply or system message (to any ``dest``): :meth:`wait_out`; then the
+        marks of worker procs this one called go just before it, if ``dest`` lacks them."""
         self.wait_out()
-        if dest not in self.controllers or not self.carried:
+        if not self.carried:
             return None
+        self.drained = -1  # until they reach the controller, each message looks
+        if not self.carried.unsaid(dest, self.controllers):
+            return None
+        version = self.carried.version
         carried = self.carried.snapshot()
-        return Pending(OutputMark(as_list(carried)), dest, 0, carried)
+        return Pending(OutputMark(as_list(carried)), dest, version, carried)
 
     def sent(self, pending: Pending) -> None:
-        """The marks of ``pending`` reached the controller's connection."""
-        self.carried.settle(pending.carried)
-        if self.carried:
-            self.wrote()  # more came meanwhile: the next message looks again
+        """The marks of ``pending`` are on their way."""
+        self.carried.said(pending.dest, self.controllers, pending.carried, pending.version)
 
     def wait_out(self) -> None:
         """Before a reply: flush, and return once the agent has read what was written."""

@@ -98,7 +98,7 @@ class Marks:
         self.written = 0
         self.drained = 0
         self.told: dict[str, int] = {}  # another proc -> ``written`` its last mark covered
-        self.carried = Carried()
+        self.carried = Carried(proc)
         self._counts = [0, 0]
         # re-entrant: a __del__ or a signal handler may print on a thread inside wrote()
         self._lock = threading.RLock()
@@ -116,9 +116,9 @@ class Marks:
 
     def carry(self, mark: OutputMark) -> None:
         """A proc this one called marked its output (loop thread): pass it on."""
-        self.carried.add(mark)
-        with self._lock:
-            self.written += 1
+        if self.carried.add(mark):  # news (not this proc's own mark coming back)
+            with self._lock:
+                self.written += 1
 
     def before_send(self, dest: str) -> Pending | None:
         """Before a message to ``dest``: the mark to send just before it (the streams
