@@ -174,6 +174,55 @@ def test_lines_of_a_nested_call_come_before_the_result_it_led_to(tmp_path: Path,
     assert not out_of_order(out), out
 
 
+SWAPPED = """
+import sys
+from regency.actor import Actor, attach_to_workers, endpoint, this_host
+
+class Sink:  # a user's stdout: write() only, or a flush() that raises
+    def __init__(self, raising):
+        self.raising = raising
+
+    def write(self, text):
+        return len(text)
+
+    def __getattr__(self, name):
+        if name == "flush" and self.raising:
+            return lambda: 1 / 0
+        raise AttributeError(name)
+
+class Swapper(Actor):
+    @endpoint
+    def swap(self, raising: bool) -> str:
+        print("inside 1")
+        sys.stdout = Sink(raising)
+        print("swallowed")
+        return "swapped"
+
+    @endpoint
+    def still(self) -> str:
+        return "here"
+
+hosts = attach_to_workers([sys.argv[1]]) if sys.argv[1:] else this_host()
+procs = hosts.spawn_procs(per_host={"gpus": 2})
+for g, raising in ((0, False), (1, True)):
+    swapper = procs.slice(gpus=g).spawn(f"swapper{g}", Swapper)
+    print("result", swapper.swap.call_one(raising).get(timeout=60),
+          swapper.still.call_one().get(timeout=60))
+procs.stop().get()
+if sys.argv[1:]:
+    hosts.shutdown()
+"""
+
+
+@pytest.mark.parametrize("where", ["this_host", "worker"])
+def test_a_users_stdout_without_a_working_flush_loses_no_reply(tmp_path: Path,
+                                                               where: str) -> None:
+    """The reply's flush of the proc's streams raised ``AttributeError`` from the send:
+    the reply was lost and the actor's thread died (a review found it)."""
+    out = run_where(tmp_path, SWAPPED, where)
+    assert out.count("result swapped here") == 2, out
+
+
 NOISY = ACTORS.replace("class Async(Actor):", """
 import os, threading, time
 

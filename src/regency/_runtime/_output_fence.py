@@ -140,8 +140,8 @@ def flush_streams() -> None:
         try:
             if stream is not None:
                 stream.flush()
-        except (OSError, ValueError):
-            pass  # a closed or broken stream: nothing of it can be ordered
+        except Exception:  # noqa: BLE001 - closed, broken, or a user's object without flush
+            pass  # nothing of it can be ordered; the reply must still go
 
 
 def _wait_read(fds: list[int]) -> None:

@@ -61,6 +61,7 @@ if TYPE_CHECKING:
 
     from .._supervision import Verdicts
     from ._host_agent import HostAgent
+    from ._output_carry import Pending
     from ._output_fence import Fence
     from ._output_marks import Marks
 
@@ -257,7 +258,7 @@ class Runtime:
         fence = self.output_fence
         if fence is not None and fence.written != fence.drained:
             # the lines printed before it go first (_output_fence), or its mark (_output_marks)
-            pending = fence.before_send(port[0])
+            pending = _before_send(fence, port[0])
             if pending is not None:
                 frame_of_mark = _sys_frame(pending.mark)
                 if not self.lines.send(port[0], frame_of_mark, False):
@@ -274,7 +275,7 @@ class Runtime:
         frame = _sys_frame(msg)
         fence = self.output_fence
         if fence is not None and fence.written != fence.drained:
-            pending = fence.before_send(to)  # an actor's failure after its last lines
+            pending = _before_send(fence, to)  # an actor's failure after its last lines
             if pending is not None:
                 self.post(to, _sys_frame(pending.mark))
                 fence.sent(pending)
@@ -492,6 +493,16 @@ class Runtime:
         port_id = self.open_port(on_reply, frozenset({agent}))
         self.send_sys(agent, Resolve(logical, (self.reply_address(True), port_id)))
         return str(await asyncio.wait_for(fut, float(config.get("spawn_timeout"))))
+
+
+def _before_send(fence: Fence | Marks, dest: str) -> Pending | None:
+    """``fence.before_send(dest)``; whatever goes wrong there, the message still goes."""
+    try:
+        return fence.before_send(dest)
+    except Exception:  # noqa: BLE001 - ordering is given up, never a message
+        _rate_log.log(logging.WARNING, "output-order", "regency: could not order a message "
+                      "after this proc's output", exc_info=True)
+        return None
 
 
 def _sys_frame(msg: SystemMessage) -> Frame:

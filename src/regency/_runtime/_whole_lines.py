@@ -97,8 +97,8 @@ def flush_all() -> None:
         try:
             if stream is not None:
                 getattr(stream, "flush_all", stream.flush)()
-        except (OSError, ValueError):
-            pass  # closed or broken: nothing more can go out
+        except Exception:  # noqa: BLE001 - closed, broken, or a user's object without flush
+            pass  # nothing more can go out; the exit goes on
 
 
 def install() -> None:
