@@ -8,10 +8,11 @@ two connections have no order, so the controller orders them (ADR 0039):
 
 * the proc's ``sys.stdout`` and ``sys.stderr`` are :class:`Counted`: each counts the bytes
   it passed to its pipe;
-* before a reply or system message to the controller, while some bytes are not marked yet,
-  the proc flushes both streams and sends :class:`OutputMark` (the two counts) on the same
-  path, just before it; the agent stamps each ``proc_output`` with the bytes it has read
-  from that pipe so far;
+* before a reply or system message, while something is unsaid to its destination, the
+  proc flushes both streams and sends :class:`OutputMark` on the same path, just before
+  it: its two counts, and the marks of procs it called (``_output_carry``), which a proc
+  passes on until they reach the controller; the agent stamps each ``proc_output`` with
+  the bytes it has read from that pipe so far;
 * the controller (:mod:`._output_catchup`) lets a ``get()`` return, or an ``await`` go on,
   once the lines up to every mark that came before are written, or after
   :data:`~._output_catchup.TIMEOUT_S`.
