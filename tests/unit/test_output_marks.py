@@ -236,3 +236,28 @@ def test_an_ended_agents_procs_are_forgotten_by_their_names() -> None:
     book.want("via:tcp:10.0.0.3:4000/mesh-1", 5, 0)
     book.forget_procs_of("tcp:10.0.0.2:4000")
     assert book.behind == 1  # the other host's proc still has lines to come
+
+
+def test_a_mark_given_up_by_one_waiter_frees_the_others() -> None:
+    book = CatchUp()
+    wanted, done = threading.Event(), threading.Event()
+
+    def meeting_thread() -> None:  # alive to the end: a new thread could reuse its ident
+        book.want("p", 5, 0)
+        wanted.set()
+        done.wait(60)
+
+    loop = threading.Thread(target=meeting_thread)
+    loop.start()
+    assert wanted.wait(30)
+    other = threading.Thread(target=book.wait, kwargs={"timeout": 60})
+    other.start()
+    for _ in range(3000):  # until it sleeps on the condition (CPython's list of waiters)
+        if book._changed._waiters:  # type: ignore[attr-defined]  # noqa: SLF001
+            break
+        threading.Event().wait(0.01)
+    book.wait(timeout=0.0)  # gives the mark up at once
+    other.join(30)
+    done.set()
+    loop.join(30)
+    assert not other.is_alive()  # woken, not left to wait its own 60 s

@@ -164,6 +164,7 @@ class CatchUp:
         self.behind = len(self._wanted)
         if late:
             log.debug("regency: lines of %s not forwarded within %s s", late, TIMEOUT_S)
+            self._wake()  # others waiting for those marks need not wait out their own second
 
 
 def _settle(fut: asyncio.Future[None]) -> None:
