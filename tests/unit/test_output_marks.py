@@ -103,20 +103,28 @@ def test_a_waiter_returns_once_the_lines_are_read() -> None:
     book = CatchUp()
     book.want("p", 5, 3)  # this thread stands for the loop here: waiting is on another
     done = threading.Event()
-    started = threading.Event()
 
     def wait() -> None:
-        started.set()
         book.wait(timeout=60)
         done.set()
 
     waiter = threading.Thread(target=wait)
     waiter.start()
-    started.wait(10)
+    sleeping_on(book)
     book.read("p", 0, 5)  # stderr's lines are still to come
+    assert not done.wait(0.05)
     book.read("p", 1, 3)
     waiter.join(30)
     assert done.is_set() and book.behind == 0
+
+
+def sleeping_on(book: CatchUp) -> None:
+    """Return once a thread waits on ``book``'s condition (CPython's list of waiters)."""
+    for _ in range(3000):
+        if book._changed._waiters:  # type: ignore[attr-defined]  # noqa: SLF001
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError("no thread came to wait")
 
 
 def test_a_waiter_is_freed_by_a_proc_that_ends() -> None:
@@ -252,10 +260,7 @@ def test_a_mark_given_up_by_one_waiter_frees_the_others() -> None:
     assert wanted.wait(30)
     other = threading.Thread(target=book.wait, kwargs={"timeout": 60})
     other.start()
-    for _ in range(3000):  # until it sleeps on the condition (CPython's list of waiters)
-        if book._changed._waiters:  # type: ignore[attr-defined]  # noqa: SLF001
-            break
-        threading.Event().wait(0.01)
+    sleeping_on(book)
     book.wait(timeout=0.0)  # gives the mark up at once
     other.join(30)
     done.set()

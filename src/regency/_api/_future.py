@@ -97,6 +97,9 @@ class Future(Generic[R]):
     def get(self, timeout: float | None = None) -> R:
         """Block until the result is there and return it (or raise its exception).
 
+        If a worker host's proc printed before it answered, the lines it printed are
+        written first (up to 1 s more, ``order_output``).
+
         Raises:
             TimeoutError: ``timeout`` seconds passed; names what is still pending. The future
                 is not consumed: a later ``get()`` can still return the result.

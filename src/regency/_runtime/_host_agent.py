@@ -426,26 +426,25 @@ class HostAgent:
             return True
 
     def _emit(self, rec: ProcRecord, lines: list[bytes], stream: TextIO, read: int = -1) -> None:
-        if not lines:
-            if rec.marked and read >= 0 and self.forward_to:  # a line's start: say it is read
-                self.rt.send_sys(self.forward_to, ProcOutput(
-                    rec.label, "stderr" if stream is sys.stderr else "stdout", [], rec.addr,
-                    read))
-            return
-        text = [ln.decode("utf-8", "replace") for ln in lines]
-        rec.tail.extend(text)
+        """Keep, record and forward a proc's whole ``lines``; ``read``: the bytes read from
+        its pipe so far, which a marked proc's controller is told even with no whole line
+        (a line's start was read)."""
         kind = "stderr" if stream is sys.stderr else "stdout"
-        _proclog.write(rec.addr, kind, text)  # everything, whatever the terminal shows
-        if self.rt.observer is not None:  # recording (regency._observe)
-            self.rt.observer.lines(rec.addr, rec.label,
-                                   "stderr" if stream is sys.stderr else "stdout", text)
+        text = [ln.decode("utf-8", "replace") for ln in lines]
+        if text:
+            rec.tail.extend(text)
+            _proclog.write(rec.addr, kind, text)  # everything, whatever the terminal shows
+            if self.rt.observer is not None:  # recording (regency._observe)
+                self.rt.observer.lines(rec.addr, rec.label, kind, text)
         if not config.get("enable_log_forwarding"):
             return
+        stamp = read if rec.marked else -1
         if self.forward_to:  # a worker: the lines belong at the controller's terminal
-            self.rt.send_sys(self.forward_to, ProcOutput(
-                rec.label, kind, text, rec.addr, read if rec.marked else -1))
-            return
-        write_lines(rec.label, kind, text)
+            if text or stamp >= 0:
+                self.rt.send_sys(self.forward_to, ProcOutput(rec.label, kind, text, rec.addr,
+                                                             stamp))
+        elif text:
+            write_lines(rec.label, kind, text)
 
     def _close_pipe(self, rec: ProcRecord, fd: int, stream: TextIO) -> None:
         self.rt.loop.remove_reader(fd)

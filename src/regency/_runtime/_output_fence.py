@@ -16,11 +16,11 @@ wake-up of the controller's loop per printing call; a reply that follows no prin
 one comparison. A wait longer than :data:`TIMEOUT_S` (a stuck agent) lets the reply go:
 order is given up, never a reply.
 
-Procs of worker hosts are not ordered (ADR 0038: relaying their replies through the
-worker's agent was tried and had to wait for the destination to confirm each frame to be
-correct). What bypasses ``sys.stdout`` (C code writing to fd 1, a subprocess,
-``sys.stdout.buffer``) is ordered only if it reached the pipe first; a line without its
-newline waits for the newline.
+Procs of worker hosts are ordered another way (:mod:`._output_marks`, ADR 0039); such a
+proc's output marks that reach a ``this_host()`` proc it answered are passed on from here
+(:attr:`Fence.carried`). What bypasses ``sys.stdout`` (C code writing to fd 1, a
+subprocess, ``sys.stdout.buffer``) is ordered only if it reached the pipe first; a line
+without its newline waits for the newline.
 """
 
 from __future__ import annotations

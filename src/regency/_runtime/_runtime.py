@@ -260,15 +260,20 @@ class Runtime:
             # the lines printed before it go first (_output_fence), or its mark (_output_marks)
             pending = _before_send(fence, port[0])
             if pending is not None:
-                frame_of_mark = _sys_frame(pending.mark)
-                if not self.lines.send(port[0], frame_of_mark, False):
-                    self.post(port[0], frame_of_mark)
-                    self.post(port[0], frame)  # the same way as its mark, after it
-                    fence.sent(pending)
-                    return
+                self._send_in_order(port[0], [_sys_frame(pending.mark), frame])
                 fence.sent(pending)
+                return
         if not self.lines.send(port[0], frame, False):  # no open connection: the general way
             self.post(port[0], frame)
+
+    def _send_in_order(self, addr: str, frames: list[Frame]) -> None:
+        """Send ``frames`` to ``addr`` in this order: an open connection's writer while it
+        takes them, the rest the general way (:meth:`post`) after them."""
+        for k, frame in enumerate(frames):
+            if not self.lines.send(addr, frame, False):
+                for later in frames[k:]:
+                    self.post(addr, later)
+                return
 
     def send_sys(self, to: str, msg: SystemMessage) -> None:
         """Send a system message to the runtime at ``to``, from any thread."""
