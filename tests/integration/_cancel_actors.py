@@ -9,7 +9,7 @@ from typing import Any
 
 from _borrow_actors import _gate  # per process: shared by the actors of one proc
 
-from regency.actor import Actor, concurrent_endpoint, context, endpoint
+from regency.actor import Actor, concurrent_endpoint, context, current_rank, endpoint
 
 _LOG: list[str] = []  # per process: what the actors of one proc did, in order
 
@@ -53,6 +53,13 @@ class Sleeper(Actor):
         except (TimeoutError, asyncio.TimeoutError):
             return "timed out"
         return "slept"
+
+    @endpoint
+    async def nap_but_rank_0(self, tag: str) -> str:
+        """Rank 0 answers at once; the others nap."""
+        if current_rank().rank == 0:
+            return f"{tag} at once"
+        return await _nap(tag, 300.0)
 
     @concurrent_endpoint
     async def body(self, tag: str) -> str:

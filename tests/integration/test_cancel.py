@@ -339,9 +339,33 @@ def test_a_cast_relayed_down_a_tree_is_cancelled_on_every_member() -> None:
             procs.stop().get(timeout=T)
 
 
+def test_a_stream_is_cancelled_for_the_members_that_have_not_answered(
+        procs: Any, openers: Any) -> None:
+    mesh = procs.spawn("streamers", Sleeper)
+    stream = mesh.nap_but_rank_0.stream("s1")
+    assert type(stream).__name__ == "ValueStream"  # as Monarch's
+    first, second = stream
+    assert first.get(timeout=T) == "s1 at once"
+    until_logged(log_of(openers.slice(gpus=1)), "s1 started")
+    assert stream.cancel()
+    with pytest.raises(CancelledError):
+        second.get(timeout=T)
+    assert first.get(timeout=T) == "s1 at once"  # a reply in stays
+    until_logged(log_of(openers.slice(gpus=1)), "s1 cancelled")
+    assert stream.cancel() is False  # nothing left to cancel
+    assert list(mesh.record.call("s1 next").get(timeout=T).values()) == ["s1 next"] * 2
+
+
+def test_a_stream_answered_in_full_is_not_cancelled(sleeper: Any) -> None:
+    stream = sleeper.record.stream("s2")
+    assert [f.get(timeout=T) for f in stream] == ["s2"]
+    assert next(stream, None) is None
+    assert stream.cancel() is False
+
+
 def test_futures_that_are_not_of_one_call_are_not_cancelled(procs: Any, sleeper: Any) -> None:
     streamed = list(sleeper.record.stream("k1"))
-    assert streamed[0].cancel() is False
+    assert streamed[0].cancel() is False  # one of a stream's: ``ValueStream.cancel`` is
     assert streamed[0].get(timeout=T) == "k1"
     extra = procs.spawn("stopped", Sleeper)
     stopping = extra.stop()

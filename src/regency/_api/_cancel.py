@@ -15,9 +15,11 @@ A member's runtime, on its loop thread, then stops the call as far as Python all
 * a sync endpoint running it cannot be interrupted: it runs to its end (``context().
   cancelled`` tells it) and its reply is dropped.
 
-Futures that are not of one call (``completed``, ``stop()``, a stream's, the tensor
-engine's) are not cancelled: ``cancel()`` returns False, as it does for a future done
-otherwise than by ``cancel()``.
+A ``stream()`` call is cancelled as a whole (``ValueStream.cancel``): its futures that are
+not resolved fail, and the members that have not answered are told. Futures that are not
+of one call (``completed``, ``stop()``, one of a stream's, the tensor engine's) are not
+cancelled: ``cancel()`` returns False, as it does for a future done otherwise than by
+``cancel()``.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 import random
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 from .._mesh import Shape
@@ -35,6 +35,7 @@ from ._process import runtime
 from ._replies import decode, to_exception
 from ._route import Route
 from ._value_mesh import ValueMesh
+from ._value_stream import ValueStream
 from ._waits import wait_watched, watch_await
 
 if TYPE_CHECKING:  # annotations only: an endpoint belongs to a mesh, one layer up
@@ -105,8 +106,10 @@ class Endpoint(Generic[R]):
             raise ValueError(f"choose on an empty mesh {self._mesh._name_text}")
         return self._one(self._mesh._member_route(random.randrange(len(shape))), args, kwargs)
 
-    def stream(self, *args: Any, **kwargs: Any) -> Iterator[Future[R]]:
-        """Send to every member; yields one Future per member, in arrival order."""
+    def stream(self, *args: Any, **kwargs: Any) -> ValueStream[R]:
+        """Send to every member; a :class:`ValueStream` of one Future per member, the k-th
+        resolved by the k-th reply to arrive. Its ``cancel()`` cancels the members that
+        have not answered."""
         if tensor_calls is not None:
             sent = tensor_calls(self, "stream", args, kwargs)
             if sent is not NOT_TENSORS:
@@ -116,7 +119,7 @@ class Endpoint(Generic[R]):
         collector = _Stream(rt, route, self._label, self._mesh._uid, self._name)
         self._send(rt, args, kwargs, collector, route)
         guard = _Guard(rt, self._mesh._uid, route, self._label)
-        return iter([Future._from(c, guard) for c in collector.slots])
+        return ValueStream([Future._from(c, guard) for c in collector.slots], collector)
 
     def broadcast(self, *args: Any, **kwargs: Any) -> None:
         """Fire and forget to every member. An exception in the endpoint fails the actor."""
@@ -427,20 +430,26 @@ class _One(_Gather):
 
 
 class _Stream(_Collector):
+    """The replies of a ``stream()`` call: the k-th to arrive resolves the k-th slot."""
+
+    cancellable = True  # as a whole, by ``ValueStream.cancel``
+
     def __init__(self, rt: Runtime, route: Route, label: str, uid: str = "",
                  endpoint: str = "") -> None:
         super().__init__(rt, route, label, uid, endpoint)
         self.slots = [Completion(self) for _ in route.ranks]
         self.next = 0
+        self.taking = threading.Lock()  # replies on the loop thread, a cancel on the user's
 
     def _take(self) -> Completion | None:
-        if self.next >= len(self.slots):
-            return None
-        slot = self.slots[self.next]
-        self.next += 1
-        if self.next == len(self.slots):
+        with self.taking:
+            k = self.next
+            if k >= len(self.slots):
+                return None
+            self.next = k + 1
+        if k + 1 == len(self.slots):
             self.close()
-        return slot
+        return self.slots[k]
 
     def value(self, rank: int | None, value: Any) -> None:
         slot = self._take()
@@ -455,6 +464,14 @@ class _Stream(_Collector):
     def lost(self, exc: BaseException) -> None:
         while (slot := self._take()) is not None:
             slot.set_exception(exc)
+
+    def cancel(self, exc: BaseException) -> bool:
+        """Fail the slots not resolved with ``exc`` (``ValueStream.cancel``); whether any
+        was."""
+        cancelled = False
+        while (slot := self._take()) is not None:
+            cancelled = slot.set_exception(exc) or cancelled
+        return cancelled
 
 
 def send(endpoint: Endpoint[Any], args: tuple[Any, ...], kwargs: dict[str, Any],

@@ -30,6 +30,7 @@ from torch.utils._pytree import tree_flatten, tree_leaves, tree_map, tree_unflat
 from .._api import _endpoint
 from .._api._actor import endpoints_of
 from .._api._future import Future
+from .._api._value_stream import ValueStream
 from .._runtime._completion import Completion
 from ..errors import ActorError
 from . import _active
@@ -84,7 +85,7 @@ def _hook(endpoint: Any, adverb: str, args: tuple[Any, ...], kwargs: dict[str, A
     if adverb == "broadcast":
         return None
     if adverb == "stream":
-        return iter([_translated(f, mesh) for f in sent])
+        return ValueStream([_translated(f, mesh) for f in sent], sent._call)
     return _translated(sent, mesh)
 
 
