@@ -85,15 +85,17 @@ def run_merged(tmp_path: Path, source: str, *args: str, env: dict[str, str],
     return out
 
 
-def run_where(tmp_path: Path, source: str, where: str, *args: str) -> str:
+def run_where(tmp_path: Path, source: str, where: str, *args: str, code: int = 0) -> str:
     """``run_merged`` with the procs on ``this_host()``, or on a loopback worker (whose
-    address the script gets as its last argument) that must exit 0 after it."""
+    address the script gets as its last argument) that must exit 0 after a script that
+    did (the worker outlives a failed one)."""
     env = {**os.environ, "REGENCY_SECRET": "output-order", "PYTHONUNBUFFERED": "1"}
     if where == "this_host":
-        return run_merged(tmp_path, source, *args, env=env)
+        return run_merged(tmp_path, source, *args, env=env, code=code)
     with loopback_worker(env) as (worker, address):
-        out = run_merged(tmp_path, source, *args, address, env=env)
-        assert worker.wait(timeout=30) == 0
+        out = run_merged(tmp_path, source, *args, address, env=env, code=code)
+        if code == 0:
+            assert worker.wait(timeout=30) == 0
     return out
 
 
@@ -349,28 +351,39 @@ def test_two_actors_of_one_proc_printing_at_once_keep_their_lines_whole(
 
 
 LAST_WORDS = """
-from regency.actor import Actor, endpoint, this_host
+import sys
+from regency.actor import Actor, attach_to_workers, endpoint, this_host
 
 class Quitter(Actor):
     @endpoint
-    def quit(self, words: str) -> None:
+    def quit(self, words: str, fill: int = 0) -> None:
+        for i in range(fill):
+            print(f"fill {i}")
         print(words)
         raise SystemExit(3)  # the actor fails; its failure goes up as a system message
 
-procs = this_host().spawn_procs(per_host={"gpus": 1})
-procs.spawn("quitter", Quitter).quit.broadcast("last words")  # no reply: only the failure
+hosts = attach_to_workers([sys.argv[1]]) if sys.argv[1:] else this_host()
+procs = hosts.spawn_procs(per_host={"gpus": 1})
+# no reply: only the failure, just after its lines
+procs.spawn("quitter", Quitter).quit.broadcast("last words", 300)
 procs.spawn("other", Quitter).quit.call_one("other words").get(timeout=60)  # never answered
 """
 
 
-def test_an_actors_last_lines_come_before_the_report_of_its_failure(tmp_path: Path) -> None:
-    """Another actor of the proc prints at the same moment (its line tore this one once)."""
-    out = run_merged(tmp_path, LAST_WORDS, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                     code=1)
+@pytest.mark.parametrize("where", ["this_host", "worker"])
+def test_an_actors_last_lines_come_before_the_report_of_its_failure(tmp_path: Path,
+                                                                    where: str) -> None:
+    """Another actor of the proc prints at the same moment (its line tore this one once).
+    A worker's report came before the 300 lines, and without them (ADR 0039)."""
+    out = run_where(tmp_path, LAST_WORDS, where, code=1)
     lines = out.splitlines()
     last = [k for k, ln in enumerate(lines) if re.fullmatch(r"\[.*\] last words", ln)]
     report = [k for k, ln in enumerate(lines) if "SystemExit" in ln]
     assert len(last) == 1 and report and last[0] < report[0], out
+    fills = [k for k, ln in enumerate(lines) if re.fullmatch(r"\[.*\] fill \d+", ln)]
+    assert len(fills) == 300 and max(fills) < report[0], out
+    shown = lines.index("  last 20 lines printed by the proc:")  # the other's line too
+    assert {"    | fill 299", "    | last words"} <= set(lines[shown + 1:shown + 21]), out
 
 
 UNFINISHED = """

@@ -2,7 +2,8 @@
 
 * in every runtime: ``SpawnActor`` (``_spawning``), ``StopActor`` (``_stopping``), and at
   owners ``ActorFailed``, ``ProcUp``, ``ProcExited`` and lost connections (``_failures``);
-  ``ProcOutput`` is written out here, and ``OutputMark`` kept (``_output_catchup``);
+  ``ProcOutput`` is written out here (and its lines kept, ``_output_tails``), and
+  ``OutputMark`` kept (``_output_catchup``);
 * at the root: ``GetOrSpawnController`` (``_controllers``);
 * ``Fault``: test-only fault injection, carried out by ``regency.testing``;
 * ``WaitProbe``, ``WaitCycle``: probes of calls that wait on each other, and the news of a
@@ -17,6 +18,7 @@ from __future__ import annotations
 from .. import config
 from .._runtime._host_agent import write_lines
 from .._runtime._output_catchup import book
+from .._runtime._output_tails import tails
 from .._runtime._runtime import Runtime
 from .._wire import _messages as m
 from ._cancel import install as install_cancel
@@ -54,6 +56,8 @@ def _proc_output(msg: m.ProcOutput) -> None:
     """A worker's proc printed: write its lines, then say how much of its pipe they end."""
     if msg.lines:
         write_lines(msg.label, msg.stream, msg.lines)
+        if msg.proc:
+            tails.add(msg.proc, msg.lines)  # for its failure report (``Supervisor``)
     if msg.read >= 0:
         book.read(msg.proc, 1 if msg.stream == "stderr" else 0, msg.read)
 
@@ -74,14 +78,17 @@ def _lines_lost_with(rt: Runtime, addr: str) -> None:
     are named ``via:AGENT/...``, whoever spawned them). A lost proc's lines come after its
     connection ends, from its agent: its ``ProcExited`` forgets it."""
     book.forget_procs_of(addr)
+    tails.forget_procs_of(addr)
     for record in api_state(rt).proc_meshes.values():
         for proc, agent in zip(record.addr_list, record.agents, strict=False):
             if agent == addr:
                 book.forget(proc)
+                tails.forget(proc)
 
 
 def _proc_exited(rt: Runtime, msg: m.ProcExited) -> None:
     book.forget(msg.addr)
+    tails.forget(msg.addr)  # its exit report carries its agent's tail
     on_proc_exited(rt, msg)
 
 

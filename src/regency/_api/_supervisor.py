@@ -20,6 +20,7 @@ this is equivalent to registering every call, at no cost while nothing goes wron
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import sys
@@ -29,7 +30,10 @@ import traceback
 from dataclasses import replace
 from typing import Any
 
+from .. import config
 from .._mesh import Shape
+from .._runtime._output_catchup import book as lines
+from .._runtime._output_tails import tails
 from .._runtime._proclog import log_path as proc_log_path
 from .._runtime._runtime import Runtime, default_undeliverable_text
 from .._supervision import (
@@ -82,6 +86,9 @@ class Supervisor:
         self._held: dict[str, tuple[ProcExited, list[Action]]] = {}
         self._filled_reports: dict[str, str] = {}  # machine's report -> the one with details
         self._in_flight: dict[str, str] = {}  # dead proc -> endpoint it was running
+        # batches of root hooks waiting for the lines printed before their failures
+        self._hooks_waiting: list[list[tuple[RunRootHook, MeshFailure]]] = []
+        self._hooks_task: asyncio.Task[None] | None = None
         self._lock = threading.RLock()  # guards the machine (and _known_calls) only
         rt.router.close_hooks.append(self.connection_closed)
 
@@ -274,7 +281,7 @@ class Supervisor:
                 log.exception("regency: supervision action %r failed", action)
         if hooks:
             hooks.sort(key=lambda pair: not pair[1].actor_class)
-            self._root_hooks(hooks)
+            self._after_lines(hooks)
 
     # -- actions -------------------------------------------------------------------------------
     def _do(self, action: Any) -> None:
@@ -342,16 +349,23 @@ class Supervisor:
             return ""
 
     def _last_lines(self, failure: MeshFailure, shape: Shape) -> list[str]:
-        """What the failed proc printed last, when its host agent is this process's."""
+        """What the failed proc printed last: from its host agent's tail when that agent is
+        this process's, else from the lines its worker's agent forwarded here."""
+        addr = self._addr_of(failure, shape)
+        if not addr:
+            return []
         agent = self.rt.agent
-        addrs = self._addrs.get(failure.mesh_name)
-        if agent is None or addrs is None or not failure.ranks:
-            return []
-        try:
-            addr = addrs[shape.global_rank(failure.ranks[0])]
-        except (IndexError, ValueError):
-            return []
-        return list(agent.tail(addr))
+        local = list(agent.tail(addr)) if agent is not None else []
+        return local or tails.last(addr, int(config.get("tail_log_lines")))
+
+    def _with_lines_now(self, action: RunRootHook, failure: MeshFailure) -> MeshFailure:
+        """``failure`` with the lines its proc printed up to now, when its own report did
+        not carry them (a worker's proc: its last lines may have come after its failure)."""
+        if action.failure.last_lines:
+            return failure
+        shape = self._shapes.get(failure.mesh_name)
+        lines = self._last_lines(failure, shape) if shape is not None else []
+        return replace(failure, last_lines=lines) if lines else failure
 
     def _deliver(self, action: DeliverToOwner) -> None:
         cell = self.rt.cells.get(action.owner_uid)
@@ -372,6 +386,31 @@ class Supervisor:
             self.rt.call_soon(self.feed, event)
 
         cell.control(lambda: behavior.supervise(failure, done))
+
+    def _after_lines(self, hooks: list[tuple[RunRootHook, MeshFailure]]) -> None:
+        """Run the root hooks once the lines printed before the failures are written (a
+        worker host's proc sends an output mark before its failure, ``_output_catchup``):
+        the report comes after them, and hooks run in the order their failures came (loop
+        thread). At once while no proc is behind."""
+        waiting = self._hooks_waiting
+        if not waiting and not lines.behind:
+            self._root_hooks(hooks)
+            return
+        waiting.append(hooks)
+        if len(waiting) == 1:  # (the task is kept: the loop holds tasks weakly)
+            self._hooks_task = self.rt.loop.create_task(self._root_hooks_after_lines())
+
+    async def _root_hooks_after_lines(self) -> None:
+        waiting = self._hooks_waiting
+        while waiting:
+            await lines.caught_up()  # 1 s at most (``TIMEOUT_S``)
+            hooks = waiting[0]
+            try:
+                self._root_hooks([(a, self._with_lines_now(a, f)) for a, f in hooks])
+            except Exception:
+                log.exception("regency: the root hook of a failure could not run")
+            finally:
+                waiting.pop(0)
 
     def _root_hooks(self, hooks: list[tuple[RunRootHook, MeshFailure]]) -> None:
         module = sys.modules.get("regency.actor")

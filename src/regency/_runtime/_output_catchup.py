@@ -8,8 +8,8 @@ highest mark not yet met. ``Future.get`` and ``await`` call :meth:`CatchUp.wait`
 hand a result over, when :attr:`CatchUp.behind` says some proc is behind: it returns once
 the stamps have reached every mark then known, or after :data:`TIMEOUT_S` (a mark that
 never comes true, its lines lost with their agent say, is then given up; after
-:data:`GIVE_UP` of them, that proc's marks are ignored). Failure reports are not ordered
-(they are printed on the loop's thread, which meets the marks).
+:data:`GIVE_UP` of them, that proc's marks are ignored). The root's failure reports wait
+on the loop's thread with :meth:`CatchUp.caught_up` (``Supervisor._after_lines``).
 """
 
 from __future__ import annotations
