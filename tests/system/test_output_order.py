@@ -362,20 +362,32 @@ class Quitter(Actor):
         print(words)
         raise SystemExit(3)  # the actor fails; its failure goes up as a system message
 
-hosts = attach_to_workers([sys.argv[1]]) if sys.argv[1:] else this_host()
+    @endpoint
+    def ok(self) -> None:
+        pass
+
+ends = sys.argv[1] == "ends"
+hosts = attach_to_workers([sys.argv[2]]) if sys.argv[2:] else this_host()
 procs = hosts.spawn_procs(per_host={"gpus": 1})
+quitter = procs.spawn("quitter", Quitter)
+if ends:  # the script ends with the call: its failure comes while the controller stops
+    quitter.ok.call_one().get(timeout=60)
 # no reply: only the failure, just after its lines
-procs.spawn("quitter", Quitter).quit.broadcast("last words", 300)
-procs.spawn("other", Quitter).quit.call_one("other words").get(timeout=60)  # never answered
+quitter.quit.broadcast("last words", 300)
+if not ends:
+    procs.spawn("other", Quitter).quit.call_one("other words").get(timeout=60)  # no answer
 """
 
 
 @pytest.mark.parametrize("where", ["this_host", "worker"])
+@pytest.mark.parametrize("when", ["waits", "ends"])
 def test_an_actors_last_lines_come_before_the_report_of_its_failure(tmp_path: Path,
-                                                                    where: str) -> None:
+                                                                    where: str,
+                                                                    when: str) -> None:
     """Another actor of the proc prints at the same moment (its line tore this one once).
-    A worker's report came before the 300 lines, and without them (ADR 0039)."""
-    out = run_where(tmp_path, LAST_WORDS, where, code=1)
+    A worker's report came before the 300 lines, and without them (ADR 0039); one that
+    came as the controller stopped, before them too."""
+    out = run_where(tmp_path, LAST_WORDS, where, when, code=1)
     lines = out.splitlines()
     last = [k for k, ln in enumerate(lines) if re.fullmatch(r"\[.*\] last words", ln)]
     report = [k for k, ln in enumerate(lines) if "SystemExit" in ln]

@@ -124,6 +124,10 @@ def shutdown_context(host_timeout: float | None = None) -> Future[None]:
     return completed(None)
 
 
+#: Seconds a shutdown lets failure reports wait for their procs' lines (``TIMEOUT_S``: 1).
+_HOOKS_S = 1.5
+
+
 def _shutdown(rt: Runtime, timeout: float) -> None:
     with lock():
         if _current.get() is not rt or rt.stopping:
@@ -135,6 +139,11 @@ def _shutdown(rt: Runtime, timeout: float) -> None:
             try:
                 rt.run_sync(lambda: stop_everything(rt, timeout), timeout=timeout + 5.0)
             except Exception:  # noqa: BLE001 - shutting down regardless
+                pass
+            try:  # a failure's report still waiting for its proc's lines goes out first
+                rt.run_sync(lambda: api_state(rt).supervisor.hooks_settled(_HOOKS_S),
+                            timeout=_HOOKS_S + 1.0)
+            except Exception:  # noqa: BLE001
                 pass
             try:
                 rt.run_sync(_cancel_tasks, timeout=2.0)

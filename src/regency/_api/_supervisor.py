@@ -89,6 +89,7 @@ class Supervisor:
         # batches of root hooks waiting for the lines printed before their failures
         self._hooks_waiting: list[list[tuple[RunRootHook, MeshFailure]]] = []
         self._hooks_task: asyncio.Task[None] | None = None
+        self._hooks_now = False  # the loop is ending: no more waiting (``hooks_settled``)
         self._lock = threading.RLock()  # guards the machine (and _known_calls) only
         rt.router.close_hooks.append(self.connection_closed)
 
@@ -391,26 +392,41 @@ class Supervisor:
         """Run the root hooks once the lines printed before the failures are written (a
         worker host's proc sends an output mark before its failure, ``_output_catchup``):
         the report comes after them, and hooks run in the order their failures came (loop
-        thread). At once while no proc is behind."""
+        thread). At once while no proc is behind, or once the controller's loop is ending
+        (``hooks_settled``)."""
         waiting = self._hooks_waiting
-        if not waiting and not lines.behind:
-            self._root_hooks(hooks)
-            return
         waiting.append(hooks)
-        if len(waiting) == 1:  # (the task is kept: the loop holds tasks weakly)
+        if self._hooks_now or (len(waiting) == 1 and not lines.behind):
+            self._run_waiting_hooks(len(waiting))
+        elif len(waiting) == 1:  # (the task is kept: the loop holds tasks weakly)
             self._hooks_task = self.rt.loop.create_task(self._root_hooks_after_lines())
 
     async def _root_hooks_after_lines(self) -> None:
-        waiting = self._hooks_waiting
-        while waiting:
-            await lines.caught_up()  # 1 s at most (``TIMEOUT_S``)
-            hooks = waiting[0]
+        try:
+            while self._hooks_waiting:
+                await lines.caught_up()  # 1 s at most (``TIMEOUT_S``)
+                self._run_waiting_hooks(1)
+        finally:  # cancelled (the controller is stopping): the hooks run all the same
+            self._run_waiting_hooks(len(self._hooks_waiting))
+
+    async def hooks_settled(self, timeout: float) -> None:
+        """Let the root hooks waiting for lines run (``timeout`` seconds at most), then run
+        later ones at once: the controller is shutting down, its loop's tasks are about to
+        be cancelled (loop thread)."""
+        task = self._hooks_task
+        if task is not None and not task.done():
+            await asyncio.wait([task], timeout=timeout)
+        self._hooks_now = True
+        self._run_waiting_hooks(len(self._hooks_waiting))
+
+    def _run_waiting_hooks(self, count: int) -> None:
+        """Run the first ``count`` batches of waiting root hooks (loop thread)."""
+        for _ in range(count):
+            hooks = self._hooks_waiting.pop(0)
             try:
                 self._root_hooks([(a, self._with_lines_now(a, f)) for a, f in hooks])
             except Exception:
                 log.exception("regency: the root hook of a failure could not run")
-            finally:
-                waiting.pop(0)
 
     def _root_hooks(self, hooks: list[tuple[RunRootHook, MeshFailure]]) -> None:
         module = sys.modules.get("regency.actor")
