@@ -47,6 +47,10 @@ REGENCY_KEYS: dict[str, Key] = {k.name: k for k in (
          "this_host() proc's reply waits until its lines are read; a worker's proc sends "
          "a mark before it and the controller's get() waits for the lines (costs a "
          "printing call a wake-up of the controller, or the worker agent's hop)"),
+    _key("kill_proc_descendants", "bool", True,
+         "when a proc ends, end the processes it started (SIGTERM, SIGKILL 2 s later); "
+         "off, they live on until the job's host agent ends (the controller exits, the "
+         "worker is released)"),
     _key("tail_log_lines", "int", 20,
          "lines of each proc's output kept for failure reports (Monarch's default is 0)"),
     _key("spawn_timeout", "duration", 30.0, "how long a worker may take to spawn a proc"),

@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 PRELUDE = '''
-import ctypes, os, signal, sys, time
+import ctypes, os, signal, subprocess, sys, time
 import regency.actor as ra
 from regency.actor import (Actor, ActorError, MeshFailure, SupervisionError, endpoint,
                            this_host, this_proc)
@@ -104,6 +104,15 @@ class Victim(Actor):
     @endpoint
     def segfault(self):
         ctypes.string_at(0)
+
+    @endpoint
+    def sleeps(self):
+        """Start three ``sleep``s: a child, one in its own session, and one in its own
+        session with its own environment (only the fork server's end reaches it)."""
+        bare = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        return [subprocess.Popen(["sleep", "600"], **kw).pid
+                for kw in ({}, {"start_new_session": True},
+                           {"start_new_session": True, "env": bare})]
 
     @endpoint
     def chatter(self, n, prefix="chatter line"):

@@ -1,6 +1,7 @@
 """No orphans, clean Ctrl-C, and ``__cleanup__(exc)`` (issue 3, item 7).
 
-* After SIGKILL of the controller every proc it started exits within 5 s.
+* After SIGKILL of the controller every proc it started exits within 5 s, and so does
+  every process an actor started (``_descendants``).
 * After SIGKILL of a proc, the procs its actors spawned go too.
 * Ctrl-C in the controller stops everything with one short message, no stack-trace flood.
 * ``__cleanup__(exc)`` receives the original exception when an actor stops on an error.
@@ -49,7 +50,8 @@ spawner = this_host().spawn_procs(per_host={"s": 1}, name="spawner").spawn("spaw
 nested = spawner.start.call_one().get(timeout=20)
 local = this_proc().spawn("local", Victim)
 local.ping.call_one().get(timeout=20)
-print("READY", *pids, *nested, flush=True)
+sleeps = victims.slice(gpus=0).sleeps.call_one().get(timeout=20)  # what an actor started
+print("READY", *pids, *nested, *sleeps, flush=True)
 time.sleep(60)
 """
 

@@ -140,9 +140,10 @@ def _shutdown(rt: Runtime, timeout: float) -> None:
                 rt.run_sync(lambda: stop_everything(rt, timeout), timeout=timeout + 5.0)
             except Exception:  # noqa: BLE001 - shutting down regardless
                 pass
+            sup = api_state(rt).supervisor
             try:  # a failure's report still waiting for its proc's lines goes out first
-                rt.run_sync(lambda: api_state(rt).supervisor.hooks_settled(_HOOKS_S),
-                            timeout=_HOOKS_S + 1.0)
+                if sup is not None:
+                    rt.run_sync(lambda: sup.hooks_settled(_HOOKS_S), timeout=_HOOKS_S + 1.0)
             except Exception:  # noqa: BLE001
                 pass
             try:

@@ -471,6 +471,7 @@ class HostMesh(MeshTrait):
                 "host_agents": tuple(agents),
                 "bootstrap": _pickled(bootstrap), "config": config.get_runtime_config(),
                 "order_output": bool(config.get("order_output")),  # set by env here, too
+                "kill_descendants": bool(config.get("kill_proc_descendants")),
                 "root_addresses": sorted(_root_addresses(rt))}  # where output marks end
         record.spec = spec
         supervisor(rt).mesh_spawned(uid, _owner_uid(), "proc", name, shape, tuple(addrs))

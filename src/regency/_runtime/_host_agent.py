@@ -45,6 +45,7 @@ from .._wire._messages import (
     StopProcs,
 )
 from . import _aggregate, _output, _proclog
+from ._descendants import END_ALL_S
 from ._runtime import Runtime
 
 log = logging.getLogger("regency.host")
@@ -597,8 +598,8 @@ class HostAgent:
             self._sock.close()
             self._sock = None
         if self._zygote is not None:
-            try:
-                self._zygote.wait(timeout=2.0)
+            try:  # it ends what its procs left behind first (``_descendants.END_ALL_S``)
+                self._zygote.wait(timeout=END_ALL_S + 1.0)
             except subprocess.TimeoutExpired:
                 self._zygote.kill()
                 self._zygote.wait()

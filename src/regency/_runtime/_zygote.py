@@ -25,6 +25,7 @@ import socket
 import sys
 from typing import Any
 
+from ._descendants import MARK, Endings, become_subreaper
 from ._lifeline import set_parent_death_signal
 from ._whole_lines import flush_all
 
@@ -47,6 +48,9 @@ def _reply(sock: socket.socket, *msg: Any) -> None:
 
 
 _children: set[int] = set()
+#: The procs whose descendants end with them: ``{pid: mark}`` (``_descendants``).
+_trees: dict[int, str] = {}
+_endings = Endings()
 
 
 def _exit_all() -> None:
@@ -55,19 +59,29 @@ def _exit_all() -> None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    os._exit(0)
+    try:  # what the procs started, and what was adopted here
+        _endings.end_all(_trees, _children)
+    finally:
+        os._exit(0)
 
 
 def _reap(sock: socket.socket) -> None:
+    ended: dict[int, str] = {}
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return
+            break
         if pid == 0:
-            return
+            break
+        if pid not in _children:
+            continue  # a proc's descendant adopted here (a subreaper): not the agent's
         _children.discard(pid)
+        mark = _trees.pop(pid, None)
+        if mark is not None:
+            ended[pid] = mark
         _reply(sock, "exited", pid, status)
+    _endings.begin(ended)  # SIGTERM what they left behind; SIGKILL later (``_tick``)
 
 
 def _child(sock: socket.socket, wake: tuple[int, int], req: dict[str, Any], fds: list[int]) -> None:
@@ -78,8 +92,10 @@ def _child(sock: socket.socket, wake: tuple[int, int], req: dict[str, Any], fds:
         signal.set_wakeup_fd(-1)
         for fd in wake:
             os.close(fd)
-        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
+        if MARK in req["env"]:  # its descendants end with it: it leads their group
+            os.setpgid(0, 0)
         os.dup2(fds[0], 1)
         os.dup2(fds[1], 2)
         for fd in fds[:2]:
@@ -145,9 +161,10 @@ def serve(sock: socket.socket) -> None:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     while True:
         try:
-            ready, _, _ = select.select([sock.fileno(), rfd], [], [])
+            ready, _, _ = select.select([sock.fileno(), rfd], [], [], _endings.timeout())
         except InterruptedError:
             continue
+        _endings.due(_children)
         if rfd in ready:
             os.read(rfd, 4096)
             _reap(sock)
@@ -166,19 +183,40 @@ def serve(sock: socket.socket) -> None:
                 os.close(fd)
             _reply(sock, "failed", None, f"bad spawn request: {exc!r}")
             continue
+        mark = _mark_of(req)
         pid = os.fork()
         if pid == 0:
             _child(sock, (rfd, wfd), req, fds)
         for fd in fds:
             os.close(fd)
         _children.add(pid)
+        if mark is not None:
+            _trees[pid] = mark
+            try:  # the child does it too: whichever runs first (as a shell does)
+                os.setpgid(pid, pid)
+            except OSError:  # it ran exec already, or ended
+                pass
         _reply(sock, "spawned", req["token"], pid)
         _reap(sock)
 
 
+def _mark_of(req: dict[str, Any]) -> str | None:
+    """The mark of the proc ``req`` asks for, put in its environment; None when its
+    descendants are to outlive it (``kill_proc_descendants``)."""
+    if not req["spec"].get("kill_descendants", True):
+        return None
+    mark = f"{os.getpid()}.{req['token']}"
+    req["env"] = {**req["env"], MARK: mark}
+    return mark
+
+
 def main() -> None:
     """Entry point: ``python -m regency._runtime._zygote FD``."""
-    set_parent_death_signal()
+    # its host agent's end (even a SIGKILL) ends it through the socket; the signal is the
+    # second net, caught so that the procs' descendants and adoptees end with it
+    signal.signal(signal.SIGHUP, lambda *_: _exit_all())
+    set_parent_death_signal(signal.SIGHUP)
+    become_subreaper()  # a proc's orphaned descendants come to it, not to init
     os.setpgid(0, 0)  # the terminal's Ctrl-C goes to the controller only
     # SLURM signals every process of a job: the fork server ends with its host agent (the
     # socket closes, or the parent-death signal), never before it, or its procs would be

@@ -1,0 +1,47 @@
+"""Actors for ``test_proc_descendants`` (importable by procs): each starts processes that
+leave the nets of ``_descendants`` one by one."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+from regency.actor import Actor, endpoint
+
+#: What each started process does to get away from its proc.
+KINDS = ("child", "own session", "own environment", "grandchild of a shell", "both")
+
+
+class Starter(Actor):
+    @endpoint
+    def start(self, seconds: int = 600) -> dict[str, int]:
+        """Start one ``sleep`` of each kind; ``{kind: pid}``."""
+        bare = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        sleep = ["sleep", str(seconds)]
+        pids = {
+            "child": subprocess.Popen(sleep).pid,
+            "own session": subprocess.Popen(sleep, start_new_session=True).pid,
+            "own environment": subprocess.Popen(sleep, env=bare).pid,
+            "both": subprocess.Popen(sleep, start_new_session=True, env=bare).pid,
+        }
+        shell = subprocess.Popen(["sh", "-c", f"sleep {seconds} & echo $!"],
+                                 stdout=subprocess.PIPE, text=True)
+        assert shell.stdout is not None
+        pids["grandchild of a shell"] = int(shell.stdout.readline())
+        shell.wait()  # its sleep is an orphan now: adopted by the fork server
+        return pids
+
+    @endpoint
+    def start_stubborn(self) -> int:
+        """A child that ignores SIGTERM; its pid once it does."""
+        child = subprocess.Popen(
+            ["python3", "-c", "import signal, sys, time; "
+             "signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); "
+             "time.sleep(600)"], stdout=subprocess.PIPE, text=True)
+        assert child.stdout is not None
+        child.stdout.readline()
+        return child.pid
+
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()

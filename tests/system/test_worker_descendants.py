@@ -1,0 +1,89 @@
+"""A worker's procs' descendants end with them too (``_runtime/_descendants.py``, ADR 0040):
+the setting travels with the spawn, and the worker's fork server, ending with the worker's
+release, takes what no other net held."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from _scripts import loopback_worker
+
+pytestmark = pytest.mark.timeout(180)
+
+SCRIPT = """
+import json, os, subprocess, sys, time
+import psutil
+from regency.actor import Actor, attach_to_workers, endpoint
+
+class Starter(Actor):
+    @endpoint
+    def start(self):
+        bare = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        return {"child": subprocess.Popen(["sleep", "600"]).pid,
+                "own session": subprocess.Popen(["sleep", "600"], start_new_session=True).pid,
+                "both": subprocess.Popen(["sleep", "600"], start_new_session=True,
+                                         env=bare).pid}
+
+def alive(pid):
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+hosts = attach_to_workers([sys.argv[1]])
+procs = hosts.spawn_procs(per_host={"gpus": 1})
+pids = procs.spawn("starter", Starter).start.call_one().get(timeout=60)
+print("PIDS", json.dumps(pids), flush=True)
+procs.stop().get(timeout=60)
+deadline = time.monotonic() + 30  # polled: they end in other processes
+while alive(pids["child"]) or alive(pids["own session"]):
+    assert time.monotonic() < deadline, "a stopped proc's descendants outlived it"
+    time.sleep(0.02)
+print("ENDED WITH THE PROC", alive(pids["both"]), flush=True)
+hosts.shutdown()
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_a_workers_procs_descendants_end_with_them_and_with_the_worker(
+        tmp_path: Path) -> None:
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(SCRIPT))
+    env = {**os.environ, "REGENCY_SECRET": "descendants", "PYTHONUNBUFFERED": "1"}
+    pids: dict[str, int] = {}
+    try:
+        with loopback_worker(env) as (worker, address):
+            done = subprocess.run([sys.executable, str(script), address], env=env,
+                                  capture_output=True, text=True, timeout=120)
+            out = done.stdout + done.stderr
+            found = [ln for ln in done.stdout.splitlines() if ln.startswith("PIDS ")]
+            if found:
+                pids = json.loads(found[0][5:])
+            assert done.returncode == 0, out
+            # the one that left both group and environment lived on until the release
+            assert "ENDED WITH THE PROC True" in done.stdout, out
+            assert worker.wait(timeout=30) == 0
+        deadline = time.monotonic() + 30
+        while any(alive(pid) for pid in pids.values()):  # polled, as above
+            assert time.monotonic() < deadline, {k: p for k, p in pids.items() if alive(p)}
+            time.sleep(0.02)
+    finally:
+        for pid in pids.values():
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
