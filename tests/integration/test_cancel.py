@@ -350,6 +350,8 @@ def test_a_stream_is_cancelled_for_the_members_that_have_not_answered(
     assert stream.cancel()
     with pytest.raises(CancelledError):
         second.get(timeout=T)
+    assert second.cancelled() and second.cancel()  # as a call's future cancelled
+    assert not first.cancelled() and first.cancel() is False
     assert first.get(timeout=T) == "s1 at once"  # a reply in stays
     until_logged(log_of(openers.slice(gpus=1)), "s1 cancelled")
     assert stream.cancel() is False  # nothing left to cancel

@@ -24,13 +24,13 @@ cancelled: ``cancel()`` returns False, as it does for a future done otherwise th
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._runtime._runtime import Runtime
 from .._wire._messages import PortRef, SystemMessage, system_message
+from ._future import CallCancelled
 
 if TYPE_CHECKING:
     from ._behavior import ActorBehavior
@@ -59,7 +59,7 @@ def cancel_call(call: Any) -> bool:
     if not getattr(call, "cancellable", False):
         return False
     expected = call.expected  # before the failure closes the port
-    error = concurrent.futures.CancelledError(f"{call.label} was cancelled")
+    error = CallCancelled(f"{call.label} was cancelled")
     if not call.cancel(error):
         return False  # answered (or failed) first
     rt = call.rt

@@ -44,6 +44,11 @@ cancel_call: Callable[[Any], bool] | None = None
 wait_blocking: Callable[[Completion, float | None], bool] | None = None
 
 
+class CallCancelled(concurrent.futures.CancelledError):
+    """What a cancelled call's future raises (``Future.cancel``, ``ValueStream.cancel``): a
+    ``concurrent.futures.CancelledError``, told apart from one an endpoint raised."""
+
+
 class Future(Generic[R]):
     """The eventual result of a remote operation.
 
@@ -188,18 +193,17 @@ class Future(Generic[R]):
         otherwise or not the future of a call (``stop()``'s, a stream's, the tensor
         engine's).
         """
+        if self._completion.done():
+            return self.cancelled()
         call = self._call
         if call is None or cancel_call is None:
             return False
-        if self._completion.done():
-            return self.cancelled()
         return cancel_call(call)
 
     def cancelled(self) -> bool:
-        """Whether ``cancel()`` cancelled it."""
+        """Whether ``cancel()`` cancelled it (or ``ValueStream.cancel()``, a stream's)."""
         c = self._completion
-        return (self._call is not None and c.done()
-                and isinstance(c.exception(), concurrent.futures.CancelledError))
+        return c.done() and isinstance(c.exception(), CallCancelled)
 
     def add_callback(self, callback: Callable[[Future[R]], object]) -> None:
         """Call ``callback(self)`` once the result (or exception) is there: at once if it is

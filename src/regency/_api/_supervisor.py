@@ -420,8 +420,9 @@ class Supervisor:
         self._run_waiting_hooks(len(self._hooks_waiting))
 
     def _run_waiting_hooks(self, count: int) -> None:
-        """Run the first ``count`` batches of waiting root hooks (loop thread)."""
-        for _ in range(count):
+        """Run the first ``count`` batches of waiting root hooks (loop thread; fewer when
+        fewer wait: ``hooks_settled`` may have run them while the task waited)."""
+        for _ in range(min(count, len(self._hooks_waiting))):
             hooks = self._hooks_waiting.pop(0)
             try:
                 self._root_hooks([(a, self._with_lines_now(a, f)) for a, f in hooks])

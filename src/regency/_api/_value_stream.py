@@ -51,7 +51,9 @@ class ValueStream(Iterator[Future[R]], Generic[R]):
         is still queued, or get ``asyncio.CancelledError`` in an async endpoint running it
         (as ``Future.cancel()``). Replies that arrived stay.
 
-        Returns False, changing nothing, when every reply is in already."""
+        Returns False, changing nothing, when no future is left to resolve: every reply is
+        in, or a member's death failed the rest (as for a call's future, the members still
+        running it are not told), and for a tensor-engine call's stream."""
         call = self._call
         return call is not None and cancel_call(call)
 

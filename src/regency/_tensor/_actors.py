@@ -85,7 +85,9 @@ def _hook(endpoint: Any, adverb: str, args: tuple[Any, ...], kwargs: dict[str, A
     if adverb == "broadcast":
         return None
     if adverb == "stream":
-        return ValueStream([_translated(f, mesh) for f in sent], sent._call)
+        # not cancellable, as the engine's calls are not: a cancelled call would leave its
+        # arguments in each member's broker (the tensor worker puts them there regardless)
+        return ValueStream([_translated(f, mesh) for f in sent])
     return _translated(sent, mesh)
 
 
