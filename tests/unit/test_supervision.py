@@ -74,9 +74,7 @@ def killed(addr: str, pid: int = 4242, cause: str = KILL9, expected: bool = Fals
 def proc_failure(uid: str, ranks: list[int], actor_class: str = "app.Worker", pid: int = 4242,
                  cause: str = KILL9) -> MeshFailure:
     return MeshFailure(mesh_name=uid, ranks=ranks, actor_class=actor_class, host="hostA",
-                       pid=pid,
-                       cause=(f"the process this actor was running on "
-                              f"{say.process_failed(cause)} (the proc {cause})"),
+                       pid=pid, cause=say.proc_lost_cause(cause),
                        last_lines=["last words"], time=12.5)
 
 

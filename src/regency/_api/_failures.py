@@ -62,7 +62,9 @@ def host_lost(rt: Runtime, agent: str, why: str) -> None:
     rt.mark_dead(agent, why)
     for uid, info in list(api_state(rt).proc_meshes.items()):
         for rank, (addr, a) in enumerate(zip(info.addr_list, info.agents)):
-            if a == agent and addr not in rt.dead_addrs:
+            # a proc whose connection broke with its host is lost with it: only an exit
+            # already reported is its whole story
+            if a == agent and not rt.known_dead(addr):
                 on_proc_exited(rt, m.ProcExited(addr, None, f"was lost: {why}", False, uid,
                                                 rank, agent, []),
                                drain=False)  # an unreachable host's connections only look live

@@ -414,7 +414,7 @@ class Runtime:
                 self.send_reply(port, None, SUPERVISION, (text, None))
 
             try:
-                if addr in self.dead_addrs and addr not in self._cause_unknown:
+                if self.known_dead(addr):
                     answer()
                 else:  # a proc that just died: its cause (say, a signal) is usually ms away
                     self.loop.call_soon_threadsafe(self.loop.call_later, UNDELIVERABLE_GRACE,
@@ -432,6 +432,11 @@ class Runtime:
 
                 self.send_reply(asked, None, RAW_ERROR, TransportError(
                     f"{header.kind} to {addr} undeliverable: {why()}"))
+
+    def known_dead(self, addr: str) -> bool:
+        """Whether ``addr`` is dead with a known cause (an exit), not only by a lost
+        connection (whose cause may still come)."""
+        return addr in self.dead_addrs and addr not in self._cause_unknown
 
     def mark_dead(self, addr: str, why: str) -> None:
         """Record that the runtime at ``addr`` is gone (e.g. its proc exited)."""

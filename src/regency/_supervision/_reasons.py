@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 __all__ = [
     "call_failed",
+    "proc_lost_cause",
     "process_failed",
     "ranks_text",
     "spawn_refused",
@@ -72,6 +73,14 @@ def process_failed(cause: str) -> str:
     if cause.startswith("exited with code "):
         return "exited with non-zero code " + cause[len("exited with code "):]
     return cause
+
+
+def proc_lost_cause(cause: str) -> str:
+    """The cause of an actor lost with its proc: Monarch's words, then ours when they
+    differ (``... exited with non-zero code 3 (the proc exited with code 3)``)."""
+    said = process_failed(cause)
+    extra = "" if said == cause else f" (the proc {cause})"
+    return f"the process this actor was running on {said}{extra}"
 
 
 def _signal_number(text: str) -> str:

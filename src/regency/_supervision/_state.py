@@ -740,9 +740,7 @@ class SupervisionState:
     ) -> MeshFailure:
         """The failure record of the members ``ranks`` of ``uid`` lost with the proc."""
         return MeshFailure(mesh_name=uid, ranks=list(ranks), actor_class=actor_class,
-                           host=ev.host, pid=ev.pid,
-                           cause=(f"the process this actor was running on "
-                                  f"{say.process_failed(ev.cause)} (the proc {ev.cause})"),
+                           host=ev.host, pid=ev.pid, cause=say.proc_lost_cause(ev.cause),
                            last_lines=list(ev.last_lines), time=ev.time)
 
     def _calls_on(self, addr: str) -> list[_Call]:
