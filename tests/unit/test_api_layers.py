@@ -36,8 +36,8 @@ LAYERS: list[tuple[str, set[str]]] = [
      {"_behavior", "_spawning", "_stopping", "_failures", "_controllers"}),
     ("dispatch: the table of system-message handlers",
      {"_dispatch"}),
-    ("entry: starting a controller, a proc, a worker",
-     {"_bootstrap", "_proc_main", "_workers", "_bootstrap_main", "_worker_loops"}),
+    ("entry: starting a controller, a proc, a worker; the controller's hang notice",
+     {"_hang_notice", "_bootstrap", "_proc_main", "_workers", "_bootstrap_main", "_worker_loops"}),
 ]
 
 #: Imports inside functions that stay, as (module, imported module): each is a lazy feature.

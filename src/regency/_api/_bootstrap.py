@@ -33,6 +33,7 @@ from .._runtime._secret import SecretError, configured_secret
 from .._runtime._user_secret import user_secret
 from .._wire import new_secret
 from . import _dispatch, _failfast, _terminate
+from . import _hang_notice as hang_notice
 from ._context import Context, Instance
 from ._future import Future, completed
 from ._proc_mesh import proc_mesh_of
@@ -79,6 +80,7 @@ def _start_controller() -> Runtime:
     _failfast.reset()
     _failfast.install_handler()
     _terminate.install_in_controller()  # SIGTERM (SLURM, Kubernetes) stops like Ctrl-C
+    hang_notice.start(rt)  # a get() waiting long on a live callee says so, with its stacks
     _current.set_runtime(rt)
     if observe.enabled():
         observe.start_controller(rt)

@@ -356,6 +356,11 @@ def current() -> DebugService | None:
     return _current
 
 
+def paused() -> bool:
+    """Whether a proc of this controller's job is paused at a breakpoint now."""
+    return _current is not None and bool(_current.sessions)
+
+
 def serve(rt: Runtime) -> DebugService:
     """Host the debug service on the controller's runtime and announce it on this machine."""
     global _current

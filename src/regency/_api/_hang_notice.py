@@ -1,0 +1,99 @@
+"""A notice when the controller's main thread has waited long for one result.
+
+A call that never answers while its callee lives (a rank stuck in a collective, a
+deadlock the probes cannot see, a lock) is the one wait supervision cannot end: the
+callee is healthy as far as anyone can tell. Rather than sit there silently, once the
+main thread has been blocked in ``get()`` on the same result for ``hang_notice_after``
+seconds, the controller prints, once for that wait, what it waits for and where each
+callee is now: their stacks, grouped (``where_stuck``, as a ``TimeoutError`` shows them).
+It is a notice, not an error: the wait goes on. Nothing is told while a proc of the job is
+paused at a breakpoint (the wait is the user's own).
+
+A timer of the runtime's loop samples what ``Future.get`` publishes for fail-fast
+(``_failfast.waiting``); nothing is added to the wait itself. The stacks are gathered on
+a short-lived thread (the loop must stay free to receive them).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+from typing import Any
+
+from .. import config
+from .._debug._service import paused as debugger_paused
+from .._debug._stacks import where_stuck
+from .._runtime import _output
+from .._runtime._runtime import Runtime
+from . import _failfast
+
+__all__ = ["HangNotice", "start"]
+
+log = logging.getLogger("regency.hang")
+
+
+class HangNotice:
+    """Samples the main thread's wait every ``period`` seconds; tells of one that lasts."""
+
+    def __init__(self, rt: Runtime, after: float) -> None:
+        self.rt = rt
+        self.after = after
+        self.period = min(1.0, after / 4)
+        self._seen: Any = None  # the completion waited on at the last sample
+        self._since = 0.0
+        self._told: Any = None  # the wait already told of
+
+    def tick(self) -> None:
+        """One sample (loop thread); schedules the next."""
+        rt = self.rt
+        if rt.stopping:
+            return
+        c = None if debugger_paused() else _failfast.waiting  # pdb takes what it takes
+        now = time.monotonic()
+        if c is not self._seen:
+            self._seen, self._since = c, now
+        elif (c is not None and c is not self._told and not c.done()
+              and now - self._since >= self.after):
+            self._told = c
+            threading.Thread(target=self._tell, args=(c, now - self._since),
+                             name="regency-hang-notice", daemon=True).start()
+        rt.loop.call_later(self.period, self.tick)
+
+    def _tell(self, c: Any, waited: float) -> None:
+        try:
+            text = notice(c.label, waited)
+        except Exception:  # noqa: BLE001 - a notice must never hurt the program
+            log.debug("regency: no hang notice", exc_info=True)
+            return
+        if not c.done():  # answered while the stacks came: nothing to tell
+            _write(text)
+
+
+def notice(label: Any, waited: float) -> str:
+    """The words of a notice: what is waited for (a call's collector, or a text), and the
+    grouped stacks of the procs that owe an answer."""
+    pending = getattr(label, "pending_text", None)
+    what = pending() if callable(pending) else str(label)
+    return (f"regency: the program has waited {waited:.0f} s for {what}, which has not "
+            f"answered; it goes on waiting (a notice, not an error: `get(timeout=...)` "
+            f"bounds a wait, `hang_notice_after` sets when this comes)"
+            f"{where_stuck(label, waited)}")
+
+
+def _write(text: str) -> None:
+    """Write ``text`` on stderr whole, between the script's own lines."""
+    stream = _output.guard("stderr")
+    if stream is not None:
+        stream.interject(text.rstrip() + "\n")
+    else:
+        sys.stderr.write(text.rstrip() + "\n")
+        sys.stderr.flush()
+
+
+def start(rt: Runtime) -> None:
+    """Sample the controller's main-thread waits, unless ``hang_notice_after`` is 0."""
+    after = float(config.get("hang_notice_after"))
+    if after > 0:
+        rt.loop.call_soon_threadsafe(HangNotice(rt, after).tick)
