@@ -13,9 +13,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import platform
 import socket
 import time
+import warnings
 from typing import Any
+
+import cloudpickle
 
 from .. import config
 from .._debug._stacks import serve_dumps
@@ -68,7 +72,7 @@ class WorkerService:
         self.last_heartbeat = time.monotonic()
         log.info("regency worker: serving controller %s", who)
         self.rt.send_reply(msg.port, None, m.OK,
-                           {"host": self.rt.hostname, "pid": os.getpid()})
+                           {"host": self.rt.hostname, "pid": os.getpid(), **runs_on()})
 
     def _on_heartbeat(self, msg: m.Heartbeat) -> None:
         if msg.controller == self.controller:
@@ -255,7 +259,13 @@ def attach_to_workers(workers: list[Any], ca: str = "trust_all_connections",
     advertise = _local_ip_towards(first.host)
     contact = rt.run_sync(lambda: rt.listen_tcp("tcp:0.0.0.0:0", advertise), timeout=10)
     timeout = float(config.get("connect_timeout"))
-    rt.run_sync(lambda: _attach_all(rt, agents, contact), timeout=timeout + 5)
+    differs = rt.run_sync(lambda: _attach_all(rt, agents, contact), timeout=timeout + 5)
+    for agent, what in differs.items():
+        if what:
+            warnings.warn(f"regency: worker {agent} runs {what}: functions and classes "
+                          "defined in your script (pickled by value) may not load there; "
+                          "use the same Python and cloudpickle on every host",
+                          RuntimeWarning, stacklevel=2)
     api = api_state(rt)
     for agent in agents:
         api.heartbeats[agent] = time.monotonic()
@@ -265,9 +275,32 @@ def attach_to_workers(workers: list[Any], ca: str = "trust_all_connections",
     return HostMesh(Shape.from_sizes(["hosts"], [len(agents)]), agents, owned=True)
 
 
-async def _attach_all(rt: Runtime, agents: tuple[str, ...], contact: str) -> None:
+def runs_on() -> dict[str, str]:
+    """The Python and cloudpickle this process runs (a worker tells its controller)."""
+    return {"python": platform.python_version(), "cloudpickle": cloudpickle.__version__}
+
+
+def what_differs(worker: dict[str, Any]) -> str:
+    """What a worker runs that this controller does not, in words ("" when nothing that
+    matters: a Python of another minor version, another cloudpickle). A worker of an
+    earlier release says nothing of it: nothing is said."""
+    mine = runs_on()
+    theirs = {k: str(worker[k]) for k in mine if k in worker}
+    words = []
+    python = theirs.get("python")
+    if python is not None and python.split(".")[:2] != mine["python"].split(".")[:2]:
+        words.append(f"Python {python} (this controller: {mine['python']})")
+    pickler = theirs.get("cloudpickle")
+    if pickler is not None and pickler != mine["cloudpickle"]:
+        words.append(f"cloudpickle {pickler} (this controller: {mine['cloudpickle']})")
+    return " and ".join(words)
+
+
+async def _attach_all(rt: Runtime, agents: tuple[str, ...], contact: str) -> dict[str, str]:
+    """Attach to every worker; what each runs that this controller does not (``""``)."""
     lease = float(config.get("host_lost_timeout"))
     timeout = float(config.get("connect_timeout"))
+    differs: dict[str, str] = {}
 
     async def one(agent: str) -> None:
         try:
@@ -278,8 +311,10 @@ async def _attach_all(rt: Runtime, agents: tuple[str, ...], contact: str) -> Non
         except TransportError as exc:
             raise TransportError(f"cannot attach to worker {agent}: {exc}") from exc
         api_state(rt).worker_pids[agent] = (str(who["host"]), int(who["pid"]))
+        differs[agent] = what_differs(who)
 
     await asyncio.gather(*(one(a) for a in agents))
+    return differs
 
 
 def _start_heartbeat(rt: Runtime) -> None:
