@@ -282,6 +282,8 @@ def test_actor_class_that_procs_cannot_import_fails_promptly(procs, tmp_path,
         with pytest.raises((SupervisionError, ActorError)) as info:
             mesh.hi.call().get(timeout=5)
         assert modname in str(info.value) or "ModuleNotFoundError" in str(info.value)
+        text = str(info.value)  # what to do about it, where it happened
+        assert "make the module importable there" in text and "sync_workspace" in text, text
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop(modname, None)

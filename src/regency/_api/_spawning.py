@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import pickle
+import sys
 from typing import Any
 
 from .. import config
@@ -30,7 +32,7 @@ def on_spawn_actor(rt: Runtime, msg: m.SpawnActor) -> None:
             cls, args, kwargs = pickle.loads(msg.body)
         except Exception as exc:
             why = (f"the actor class {msg.class_name} (or its arguments) could not be loaded "
-                   f"in the proc: {type(exc).__name__}: {exc}")
+                   f"in the proc: {type(exc).__name__}: {exc}{_import_hint(exc, rt.hostname)}")
         msg.body = b""  # unpickled once: do not keep the bytes
     else:
         why = f"the proc's bootstrap failed: {why}"
@@ -50,6 +52,17 @@ def on_spawn_actor(rt: Runtime, msg: m.SpawnActor) -> None:
     ack = msg.ack
     cell.control(lambda: behavior.init(ack))
     rt.add_cell(behavior.uid, cell)
+
+
+def _import_hint(exc: BaseException, host: str) -> str:
+    """What to do when a module the controller imports is not importable in the proc."""
+    if not isinstance(exc, ModuleNotFoundError):
+        return ""
+    path = [p for p in sys.path if p][:4]
+    return (f" (on host {host}, in {os.getcwd()}, its sys.path starting "
+            f"{path}: make the module importable there: install its package on every "
+            "host, start the worker where it can import it, or copy it with "
+            "`await hosts.sync_workspace(Workspace(dirs=[...]))`)")
 
 
 def _register_tree(rt: Runtime, msg: m.SpawnActor, g: int) -> None:
