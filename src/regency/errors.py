@@ -25,6 +25,7 @@ __all__ = [
     "ActorError",
     "AuthenticationError",
     "InternalError",
+    "FAILURE_KINDS",
     "MeshFailure",
     "MeshStoppedError",
     "RegencyError",
@@ -69,6 +70,15 @@ class ActorError(RegencyError):
         return (ActorError, (self.exception, self.message, self.exception_formatted))
 
 
+#: ``MeshFailure.kind``: the actor's own code failed (``"exception"``: an endpoint or
+#: ``__init__`` raised; ``"spawn"``: its class or arguments could not be loaded in the proc,
+#: or the proc's bootstrap failed; ``"unhandled"``: it owns a mesh whose failure its
+#: ``__supervise__`` did not handle), or its process did (``"exit"``: a non-zero exit code;
+#: ``"signal"``: killed by a signal; ``"oom"``: killed by the kernel's OOM killer;
+#: ``"lost"``: its host or its process could not be reached any more).
+FAILURE_KINDS = ("exception", "spawn", "unhandled", "exit", "signal", "oom", "lost")
+
+
 @dataclass(eq=False)
 class MeshFailure:
     """What failed, where, and why: the record handed to ``__supervise__``.
@@ -86,6 +96,9 @@ class MeshFailure:
         last_lines: the last lines the proc printed.
         log_path: the file on ``host`` that holds everything the proc printed.
         chain: reports of the failures that led here, oldest first.
+        kind: what sort of failure, for code that decides what to do about it (respawn
+            after a crash, give up on a bug): one of :data:`FAILURE_KINDS`, ``""`` when
+            not known.
     """
 
     mesh_name: str
@@ -101,6 +114,7 @@ class MeshFailure:
     chain: list[str] = field(default_factory=list)
     time: float = field(default_factory=time.time)
     log_path: str = ""
+    kind: str = ""
 
     @property
     def mesh(self) -> tuple[()]:

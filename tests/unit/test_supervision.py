@@ -75,7 +75,8 @@ def proc_failure(uid: str, ranks: list[int], actor_class: str = "app.Worker", pi
                  cause: str = KILL9) -> MeshFailure:
     return MeshFailure(mesh_name=uid, ranks=ranks, actor_class=actor_class, host="hostA",
                        pid=pid, cause=say.proc_lost_cause(cause),
-                       last_lines=["last words"], time=12.5)
+                       last_lines=["last words"], time=12.5,
+                       kind=say.proc_failure_kind(cause))
 
 
 def actor_failure(uid: str, rank: int, cause: str = "ValueError: boom") -> MeshFailure:
@@ -230,7 +231,7 @@ def test_unhandled_failure_fails_the_owner_with_the_chain(state: SupervisionStat
         FailOwner("mgr-1", MeshFailure(
             mesh_name="mgr-1", actor_class="app.Manager",
             cause="it did not handle the failure of mesh w-1 that it owns",
-            chain=[failure.report()], time=9.0), cause_id="sv"),
+            chain=[failure.report()], time=9.0, kind="unhandled"), cause_id="sv"),
     ])
     report = actions[0].failure.report()  # type: ignore[attr-defined]
     assert "This error occurred while handling another failure:" in report
@@ -245,7 +246,7 @@ def test_supervise_raising_fails_the_owner_and_says_so(state: SupervisionState) 
         FailOwner("mgr-1", MeshFailure(
             mesh_name="mgr-1", actor_class="app.Manager",
             cause="__supervise__ raised KeyError: 'x'", traceback="Traceback ...",
-            chain=[failure.report()], time=0.0), cause_id="sv"),
+            chain=[failure.report()], time=0.0, kind="unhandled"), cause_id="sv"),
     ])
 
 

@@ -410,6 +410,7 @@ class ActorBehavior:
             mesh_name=self.uid, ranks=[self.local], coords=[dict(self.rank)],
             actor_class=self.class_name, endpoint=endpoint, host=self.rt.hostname,
             pid=self.rt.pid, cause=cause, traceback=tb, chain=list(chain or []),
+            kind="exception",
         )
         self.failed_exc = exc
         self.rt.send_sys(self.owner, m.ActorFailed(self.uid, self.g, self.failure,

@@ -80,7 +80,7 @@ def _spawn_failed(rt: Runtime, msg: m.SpawnActor, g: int, why: str) -> None:
     local = shape.local_rank(g)
     failure = MeshFailure(mesh_name=msg.uid, ranks=[local], coords=[dict(shape.point(local))],
                           actor_class=msg.class_name, endpoint="__init__", host=rt.hostname,
-                          pid=rt.pid, cause=why)
+                          pid=rt.pid, cause=why, kind="spawn")
     rt.add_cell(msg.uid, Tombstone(rt, msg.uid, why, failure))
     rt.send_reply(msg.ack, g, m.OK, None)
     rt.send_sys(msg.owner, m.ActorFailed(msg.uid, g, failure, msg.owner_uid))

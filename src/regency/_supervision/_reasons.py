@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 __all__ = [
     "call_failed",
+    "proc_failure_kind",
     "proc_lost_cause",
     "process_failed",
     "ranks_text",
@@ -73,6 +74,21 @@ def process_failed(cause: str) -> str:
     if cause.startswith("exited with code "):
         return "exited with non-zero code " + cause[len("exited with code "):]
     return cause
+
+
+def proc_failure_kind(cause: str) -> str:
+    """``MeshFailure.kind`` of an actor lost with its proc, from its host agent's words."""
+    if "out of memory" in cause:
+        return "oom"
+    if " (the proc " in cause:  # its host stopped it on its own account: a SIGTERM there
+        return "signal"
+    if cause.startswith(("killed by signal ", "was killed by signal ")):
+        return "signal"
+    if cause.startswith("exited with code "):
+        return "exit"
+    if cause.startswith("could not be spawned"):
+        return "spawn"
+    return "lost"  # was lost: ..., lost with the fork server
 
 
 def proc_lost_cause(cause: str) -> str:

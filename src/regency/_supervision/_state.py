@@ -651,6 +651,7 @@ class SupervisionState:
             traceback=ev.traceback,
             chain=[replace(original, chain=[]).report(), *original.chain],
             time=ev.time,
+            kind="unhandled",
         )
         return [self._act(FailOwner(ev.owner_uid, failure, cause_id=ev.cause_id), delivery.uid)]
 
@@ -741,7 +742,8 @@ class SupervisionState:
         """The failure record of the members ``ranks`` of ``uid`` lost with the proc."""
         return MeshFailure(mesh_name=uid, ranks=list(ranks), actor_class=actor_class,
                            host=ev.host, pid=ev.pid, cause=say.proc_lost_cause(ev.cause),
-                           last_lines=list(ev.last_lines), time=ev.time)
+                           last_lines=list(ev.last_lines), time=ev.time,
+                           kind=say.proc_failure_kind(ev.cause))
 
     def _calls_on(self, addr: str) -> list[_Call]:
         """The pending calls waiting on the proc at ``addr``, oldest first."""

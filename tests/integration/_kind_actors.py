@@ -1,0 +1,21 @@
+"""Actors for ``test_failure_kinds`` (importable by procs)."""
+
+from __future__ import annotations
+
+import os
+
+from regency.actor import Actor, endpoint
+
+
+class Doomed(Actor):
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+    @endpoint
+    def raise_(self) -> None:
+        raise ValueError("on purpose")
+
+    @endpoint
+    def exit_(self, code: int) -> None:
+        os._exit(code)
