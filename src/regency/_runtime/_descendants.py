@@ -24,6 +24,7 @@ import ctypes.util
 import os
 import signal
 import time
+from collections.abc import Callable, Iterator
 
 __all__ = ["END_ALL_S", "GRACE_S", "MARK", "Endings", "adopted", "become_subreaper", "marked",
            "signal_group"]
@@ -49,10 +50,30 @@ def become_subreaper() -> bool:
 
 def signal_group(pgid: int, sig: int) -> None:
     """Send ``sig`` to the process group ``pgid`` (gone, or not ours: nothing)."""
+    _send(os.killpg, pgid, sig)
+
+
+def _kill(pid: int, sig: int) -> None:
+    _send(os.kill, pid, sig)
+
+
+def _send(kill: Callable[[int, int], None], target: int, sig: int) -> None:
     try:
-        os.killpg(pgid, sig)
+        kill(target, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _each_process(part: str, skip: int = 0) -> Iterator[tuple[int, bytes]]:
+    """``(pid, /proc/<pid>/<part>)`` of every process this one may read but ``skip``."""
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == skip:
+            continue
+        try:
+            with open(f"/proc/{name}/{part}", "rb") as f:
+                yield int(name), f.read()
+        except OSError:  # gone, or another user's
+            continue
 
 
 def marked(marks: set[str], skip: int = 0) -> dict[int, str]:
@@ -60,46 +81,23 @@ def marked(marks: set[str], skip: int = 0) -> dict[int, str]:
     if not marks:
         return {}
     wanted = {f"{MARK}={mark}".encode(): mark for mark in marks}
+    prefix = f"{MARK}=".encode()
     found: dict[int, str] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == skip:
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as f:
-                environ = f.read()
-        except OSError:  # gone, or another user's
-            continue
-        if f"{MARK}=".encode() not in environ:
-            continue
-        for entry in environ.split(b"\0"):
-            mark = wanted.get(entry)
+    for pid, environ in _each_process("environ", skip):
+        if prefix in environ:
+            mark = next((wanted[e] for e in environ.split(b"\0") if e in wanted), None)
             if mark is not None:
-                found[int(name)] = mark
-                break
+                found[pid] = mark
     return found
-
-
-def _kill(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def adopted(parent: int) -> list[int]:
     """The live (not zombie) children of ``parent``, this fork server."""
     children = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
+    for pid, stat in _each_process("stat"):
         fields = stat[stat.rfind(b")") + 2:].split()  # after "pid (comm) "
         if len(fields) > 1 and fields[0] != b"Z" and int(fields[1]) == parent:
-            children.append(int(name))
+            children.append(pid)
     return children
 
 

@@ -1,0 +1,58 @@
+"""The fork server's nets for a proc's descendants (``_runtime/_descendants.py``): finding
+processes by their environment mark, and the children of a process, from ``/proc``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from regency._runtime._descendants import MARK, Endings, adopted, marked
+
+SLEEPER = [sys.executable, "-c", "import sys; sys.stdin.read()"]  # ends when we close stdin
+
+
+@pytest.fixture
+def children() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for child in started:
+        child.kill()
+        child.wait()
+
+
+def start(children: list[subprocess.Popen[bytes]], **env: str) -> int:
+    child = subprocess.Popen(SLEEPER, stdin=subprocess.PIPE, env={**os.environ, **env})
+    children.append(child)
+    return child.pid
+
+
+def test_processes_are_found_by_their_mark_only(children: list[subprocess.Popen[bytes]]
+                                                ) -> None:
+    a = start(children, **{MARK: "test.1"})
+    b = start(children, **{MARK: "test.12"})  # a mark that starts like another
+    start(children)
+    assert marked({"test.1"}) == {a: "test.1"}
+    assert marked({"test.1", "test.12"}) == {a: "test.1", b: "test.12"}
+    assert marked(set()) == {}
+    assert marked({"test.1"}, skip=a) == {}
+
+
+def test_the_children_of_a_process_are_its_live_ones(children: list[subprocess.Popen[bytes]]
+                                                     ) -> None:
+    pids = {start(children), start(children)}
+    assert pids <= set(adopted(os.getpid()))
+    gone = children.pop()
+    gone.kill()
+    gone.wait()  # reaped: no longer a child at all
+    assert gone.pid not in adopted(os.getpid())
+
+
+def test_nothing_is_due_until_a_proc_ended() -> None:
+    endings = Endings()
+    assert endings.timeout() is None
+    endings.begin({})
+    assert endings.timeout() is None
