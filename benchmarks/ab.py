@@ -15,7 +15,8 @@ A variant is ``NAME=SRC[:ENV=VALUE,...]``: the ``src`` directory to import regen
 ``call_one(1).get()``), ``pipelined`` (rounds of ``call_one`` then the ``get``s),
 ``async`` (``sync``'s loop to an async actor), ``beside`` (the same, with an idle sync
 actor in the async actor's proc), ``actors`` (an async actor's loop of awaited calls to
-an async actor of another proc), and ``printing``, ``printing_pipelined`` (``sync`` and
+an async actor of another proc), ``same_proc`` (a sync actor's loop of ``call_one().get()``
+to a sync actor of its own proc), and ``printing``, ``printing_pipelined`` (``sync`` and
 ``pipelined`` to an endpoint that prints a line each call). ``--worker`` puts the procs
 on a ``regency worker`` of this machine (loopback TCP) instead of ``this_host()``.
 Reported per call: wall time, the controller's CPU and the procs' CPU.
@@ -39,7 +40,7 @@ _CHILD = r"""
 import json, os, sys, time
 import psutil
 from regency.actor import this_host
-from benchmarks._actors import AsyncCaller, AsyncPinger, SyncPinger
+from benchmarks._actors import AsyncCaller, AsyncPinger, SyncCaller, SyncPinger
 
 workload, calls, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 hosts = this_host()
@@ -57,6 +58,8 @@ procs = hosts.spawn_procs(per_host={"procs": 1})
 if workload == "actors":  # an async actor's awaited calls to an async actor of another proc
     other = this_host().spawn_procs(per_host={"procs": 1})
     caller, mesh = procs.spawn("caller", AsyncCaller), other.spawn("ab", AsyncPinger)
+elif workload == "same_proc":  # a sync actor's calls to a sync actor of its own proc
+    caller, mesh = procs.spawn("caller", SyncCaller), procs.spawn("ab", SyncPinger)
 elif workload == "beside":  # an async actor beside an idle sync actor of its proc
     procs.spawn("idle", SyncPinger).ping.call_one(1).get()
     mesh = procs.spawn("ab", AsyncPinger)
@@ -67,14 +70,14 @@ else:
 ping = mesh.say if workload.startswith("printing") else mesh.ping
 for _ in range(2000):
     ping.call_one(1).get()
-if workload == "actors":
+if workload in ("actors", "same_proc"):
     caller.call_seq.call_one(mesh, 2000).get()
 kids = psutil.Process().children(recursive=True)
 def kid_cpu():
     return sum(sum(k.cpu_times()[:2]) for k in kids)
 cpu0, kids0, t0 = time.process_time(), kid_cpu(), time.perf_counter()
 for _ in range(rounds):
-    if workload == "actors":
+    if workload in ("actors", "same_proc"):
         caller.call_seq.call_one(mesh, calls).get()
     elif not workload.endswith("pipelined"):
         for _ in range(calls):
@@ -123,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variant", action="append", type=_variant, required=True,
                         help="NAME=SRC[:ENV=VALUE,...]; give two or more")
     parser.add_argument("--workload", default="sync",
-                        choices=("sync", "pipelined", "async", "beside", "actors",
+                        choices=("sync", "pipelined", "async", "beside", "actors", "same_proc",
                                  "printing", "printing_pipelined"))
     parser.add_argument("--worker", action="store_true",
                         help="spawn the procs on a loopback regency worker")

@@ -186,10 +186,12 @@ class Runtime:
             # The copy is made now, so the sender may change its buffers as soon as we return.
             local = _local_copy(frame)
             header = decode_header(local[0])
+            # no loop spin after it (``_deliver``): the answer to an in-process frame comes
+            # from this process's threads, which the spinning loop would hold the GIL from
             if self.on_loop():
-                self.loop.call_soon(self._on_inbound, (header, local))
+                self.loop.call_soon(self._deliver, (header, local))
             else:
-                self.loop.call_soon_threadsafe(self._on_inbound, (header, local))
+                self.loop.call_soon_threadsafe(self._deliver, (header, local))
         else:
             self.router.send(addr, frame)
 
@@ -295,10 +297,14 @@ class Runtime:
     # -- receiving ---------------------------------------------------------------------------
     def _on_inbound(self, inbound: Inbound) -> None:
         """A frame and its header, decoded by the connection that read it (loop thread)."""
-        header, frame = inbound
         spin = self.loop_spin
         if spin is not None:
             spin.kick()
+        self._deliver(inbound)
+
+    def _deliver(self, inbound: Inbound) -> None:
+        """Hand a frame to its port, actor or system handler (loop thread)."""
+        header, frame = inbound
         if isinstance(header, Reply):
             handler = self.ports.get(header.port_id)
             if handler is not None:
