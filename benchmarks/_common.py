@@ -27,6 +27,7 @@ WORKLOAD_NAMES: tuple[str, ...] = (
     "bcast_gather_4",
     "bcast_gather_16",
     "actor_to_actor",
+    "actor_to_actor_same_proc",
     "echo_bytes_1MiB",
     "echo_bytes_16MiB",
     "echo_bytes_256MiB",

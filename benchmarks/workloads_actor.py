@@ -125,6 +125,23 @@ def _actor_to_actor_kind(kind: str, caller: type, target: type, p: Params) -> Me
     }
 
 
+def actor_to_actor_same_proc(p: Params) -> Metrics:
+    """A sync (then async) actor's calls to an actor of its own proc."""
+    metrics: Metrics = {}
+    for kind, caller, target in (("sync", SyncCaller, SyncPinger),
+                                 ("async", AsyncCaller, AsyncPinger)):
+        proc_mesh = api.this_host().spawn_procs(per_host={"procs": 1})
+        try:
+            a = proc_mesh.spawn("caller", caller)
+            b = proc_mesh.spawn("target", target)
+            a.call_seq.call_one(b, 20).get()  # warm up both actors
+            seq_s = a.call_seq.call_one(b, p.a2a_calls).get()
+            metrics[f"{kind}_seq_calls_per_s"] = p.a2a_calls / seq_s
+        finally:
+            _stop(proc_mesh)
+    return metrics
+
+
 def actor_to_actor(p: Params) -> Metrics:
     return {
         **_actor_to_actor_kind("sync", SyncCaller, SyncPinger, p),
@@ -234,6 +251,7 @@ def _build() -> dict[str, Workload]:
         "bcast_gather_4": lambda p: _bcast_gather(4, p),
         "bcast_gather_16": lambda p: _bcast_gather(16, p),
         "actor_to_actor": actor_to_actor,
+        "actor_to_actor_same_proc": actor_to_actor_same_proc,
         "a2a_echo_numpy_256MiB": a2a_echo_numpy_256MiB,
         "spawn_4": lambda p: _spawn(4, p),
         "spawn_16": lambda p: _spawn(16, p),

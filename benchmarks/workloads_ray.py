@@ -244,6 +244,11 @@ def _actor_to_actor_kind(kind: str, caller: Any, target: Any, p: Params) -> Metr
     }
 
 
+def actor_to_actor_same_proc(p: Params) -> Metrics:
+    """Not in Ray: each actor is a process of its own."""
+    raise NotImplementedError("Ray has no procs: each actor is a process of its own")
+
+
 def actor_to_actor(p: Params) -> Metrics:
     return {
         **_actor_to_actor_kind("sync", SyncCaller, SyncPinger, p),
@@ -347,6 +352,7 @@ def _build() -> dict[str, Workload]:
         "bcast_gather_4": lambda p: _bcast_gather(4, p),
         "bcast_gather_16": lambda p: _bcast_gather(16, p),
         "actor_to_actor": actor_to_actor,
+        "actor_to_actor_same_proc": actor_to_actor_same_proc,
         "a2a_echo_numpy_256MiB": a2a_echo_numpy_256MiB,
         "spawn_4": lambda p: _spawn(4, p),
         "spawn_16": lambda p: _spawn(16, p),
