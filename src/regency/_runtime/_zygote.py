@@ -9,9 +9,11 @@ CUDA.
 Requests (pickled dicts, with two file descriptors: the child's stdout and stderr):
 ``{"token": int, "entry": "module:function", "spec": {...}, "env": {...}, "cwd": str,
 "sys_path": [...]}``. Replies: ``("spawned", token, pid)``, ``("exited", pid, wait_status)``.
-When the host agent goes away the zygote kills its children and exits; each child also
-receives SIGKILL when the zygote dies (parent-death signal). It ignores SIGTERM (it ends with
-its host agent); its children do not.
+When the host agent goes away (its socket closes, or the parent-death signal, a SIGHUP it
+catches, comes) the zygote kills its children, what they started and what it adopted as a
+child subreaper, and exits; each child also receives SIGKILL when the zygote dies
+(parent-death signal). What a proc started ends with the proc too (``_descendants``, ADR
+0040). It ignores SIGTERM (it ends with its host agent); its children do not.
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ def _reap(sock: socket.socket) -> None:
         if mark is not None:
             ended[pid] = mark
         _reply(sock, "exited", pid, status)
-    _endings.begin(ended)  # SIGTERM what they left behind; SIGKILL later (``_tick``)
+    _endings.begin(ended)  # SIGTERM what they left behind; SIGKILL later (``serve``)
 
 
 def _child(sock: socket.socket, wake: tuple[int, int], req: dict[str, Any], fds: list[int]) -> None:
