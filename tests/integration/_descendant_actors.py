@@ -4,7 +4,9 @@ leave the nets of ``_descendants`` one by one."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import time
 
 from regency.actor import Actor, endpoint
 
@@ -30,6 +32,40 @@ class Starter(Actor):
         pids["grandchild of a shell"] = int(shell.stdout.readline())
         shell.wait()  # its sleep is an orphan now: adopted by the fork server
         return pids
+
+    @endpoint
+    def fork_away(self) -> int:
+        """A child forked without running a program that makes a session of its own: it
+        keeps the fork server's environment in ``/proc``; only its name marks it."""
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.setsid()
+            os.close(r)
+            os.write(w, b"x")
+            os.close(w)
+            time.sleep(600)
+            os._exit(0)
+        os.close(w)
+        os.read(r, 1)  # it is in its own session now
+        os.close(r)
+        return pid
+
+    @endpoint
+    def forked_sigterm(self) -> tuple[bool, str]:
+        """In a child forked here: whether SIGTERM is back to its default, and its name."""
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            default = signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+            with open(f"/proc/{os.getpid()}/comm") as f:
+                os.write(w, f"{int(default)}{f.read().strip()}".encode())
+            os._exit(0)
+        os.close(w)
+        with os.fdopen(r, "rb") as f:
+            said = f.read().decode()
+        os.waitpid(pid, 0)
+        return said[0] == "1", said[1:]
 
     @endpoint
     def start_stubborn(self) -> int:

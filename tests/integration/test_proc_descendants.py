@@ -6,6 +6,7 @@ then."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import time
@@ -17,7 +18,7 @@ from _descendant_actors import KINDS, Starter
 
 import regency.actor as ra
 from regency import config
-from regency.actor import this_host
+from regency.actor import default_bootstrap_cmd, this_host
 
 T = 30
 pytestmark = pytest.mark.timeout(120)
@@ -78,6 +79,44 @@ def test_what_a_killed_proc_started_ends_with_it(started: list[int],
     _, pids, proc_pid = start(started, "killed")
     os.kill(proc_pid, signal.SIGKILL)
     assert gone({kind: pids[kind] for kind in REACHED}) == {}
+
+
+@pytest.mark.parametrize("how", ["stop", "kill"])
+def test_a_forked_child_in_a_session_of_its_own_ends_with_its_proc(
+        how: str, started: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ra, "unhandled_fault_hook", lambda failure: None)
+    procs = this_host().spawn_procs(per_host={"gpus": 1}, name=f"forked_{how}")
+    starter = procs.spawn("starter", Starter)
+    pid = starter.fork_away.call_one().get(timeout=T)
+    started.append(pid)
+    if how == "stop":
+        procs.stop().get(timeout=T)
+    else:
+        os.kill(starter.pid.call_one().get(timeout=T), signal.SIGKILL)
+    assert gone({"forked": pid}) == {}
+
+
+def test_a_proc_started_by_a_command_with_an_environment_of_its_own_is_marked(
+        started: list[int]) -> None:
+    bare = dataclasses.replace(default_bootstrap_cmd(), inherit_env=False,
+                               env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+    procs = this_host().spawn_procs(per_host={"gpus": 1}, name="bare",
+                                    bootstrap_command=bare)
+    pids = procs.spawn("starter", Starter).start.call_one().get(timeout=T)
+    started.extend(pids.values())
+    procs.stop().get(timeout=T)
+    assert gone({kind: pids[kind] for kind in REACHED}) == {}
+
+
+def test_a_child_forked_by_a_proc_is_named_after_it_and_ends_on_sigterm() -> None:
+    """It does not keep the proc's SIGTERM handler (which runs a proc's ``__cleanup__``)."""
+    procs = this_host().spawn_procs(per_host={"gpus": 1}, name="forker")
+    try:
+        starter = procs.spawn("starter", Starter)
+        proc_pid = starter.pid.call_one().get(timeout=T)
+        assert starter.forked_sigterm.call_one().get(timeout=T) == (True, f"rg{proc_pid}")
+    finally:
+        procs.stop().get(timeout=T)
 
 
 def test_a_descendant_that_ignores_sigterm_gets_sigkill(started: list[int]) -> None:

@@ -21,8 +21,6 @@ import os, sys, time
 from regency import config
 from regency.actor import Actor, endpoint, this_host
 
-config.configure(hang_notice_after=1.0)
-
 class Stuck(Actor):
     @endpoint
     def wait_for_gate(self, gate):
@@ -32,6 +30,7 @@ class Stuck(Actor):
 
 procs = this_host().spawn_procs(per_host={"gpus": 2})
 stuck = procs.spawn("stuck", Stuck)
+config.configure(hang_notice_after=1.0)  # once regency runs: it takes effect all the same
 print("result", stuck.slice(gpus=1).wait_for_gate.call_one(sys.argv[1]).get(), flush=True)
 procs.stop().get(timeout=30)
 """

@@ -1,6 +1,7 @@
 """A worker's procs' descendants end with them too (``_runtime/_descendants.py``, ADR 0040):
-the setting travels with the spawn, and the worker's fork server, ending with the worker's
-release, takes what no other net held."""
+the setting travels with the spawn, and the worker's fork server, which ends with the
+worker (``shutdown()``) and is renewed when the controller lets go of it (``stop()``),
+takes what no other net held."""
 
 from __future__ import annotations
 
@@ -48,7 +49,15 @@ while alive(pids["child"]) or alive(pids["own session"]):
     assert time.monotonic() < deadline, "a stopped proc's descendants outlived it"
     time.sleep(0.02)
 print("ENDED WITH THE PROC", alive(pids["both"]), flush=True)
-hosts.shutdown()
+if sys.argv[2] == "release":  # the worker lives on for the next controller
+    hosts.stop()
+    deadline = time.monotonic() + 30
+    while alive(pids["both"]):  # its fork server ends: what it adopted goes with it
+        assert time.monotonic() < deadline, "the release left a process behind"
+        time.sleep(0.02)
+    print("ENDED WITH THE RELEASE", flush=True)
+else:
+    hosts.shutdown()
 """
 
 
@@ -59,15 +68,16 @@ def alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.parametrize("end", ["shutdown", "release"])
 def test_a_workers_procs_descendants_end_with_them_and_with_the_worker(
-        tmp_path: Path) -> None:
+        tmp_path: Path, end: str) -> None:
     script = tmp_path / "script.py"
     script.write_text(textwrap.dedent(SCRIPT))
     env = {**os.environ, "REGENCY_SECRET": "descendants", "PYTHONUNBUFFERED": "1"}
     pids: dict[str, int] = {}
     try:
         with loopback_worker(env) as (worker, address):
-            done = subprocess.run([sys.executable, str(script), address], env=env,
+            done = subprocess.run([sys.executable, str(script), address, end], env=env,
                                   capture_output=True, text=True, timeout=120)
             out = done.stdout + done.stderr
             found = [ln for ln in done.stdout.splitlines() if ln.startswith("PIDS ")]
@@ -76,7 +86,11 @@ def test_a_workers_procs_descendants_end_with_them_and_with_the_worker(
             assert done.returncode == 0, out
             # the one that left both group and environment lived on until the release
             assert "ENDED WITH THE PROC True" in done.stdout, out
-            assert worker.wait(timeout=30) == 0
+            if end == "shutdown":
+                assert worker.wait(timeout=30) == 0
+            else:
+                assert "ENDED WITH THE RELEASE" in done.stdout, out
+                assert worker.poll() is None  # it waits for the next controller
         deadline = time.monotonic() + 30
         while any(alive(pid) for pid in pids.values()):  # polled, as above
             assert time.monotonic() < deadline, {k: p for k, p in pids.items() if alive(p)}

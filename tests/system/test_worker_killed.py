@@ -65,3 +65,56 @@ def test_a_killed_worker_is_reported_and_the_program_fails(tmp_path: Path) -> No
     assert not [p for p in procs if psutil.pid_exists(p)
                 and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     print(f"\nkilled worker reported {took:.2f} s after its SIGKILL")
+
+
+STOPPING = """
+import os, sys, time
+from regency.actor import Actor, attach_to_workers, endpoint
+
+class Slow(Actor):
+    @endpoint
+    def pid(self):
+        return os.getpid()
+
+    def __cleanup__(self, exc):
+        print("CLEANING", flush=True)
+        time.sleep(60)  # the stop waits on it: the worker dies meanwhile
+
+hosts = attach_to_workers([sys.argv[1]])
+procs = hosts.spawn_procs(per_host={"gpus": 1})
+procs.spawn("slow", Slow).pid.call_one().get(timeout=60)
+stopping = procs.stop()
+print("STOPPING", flush=True)
+stopping.get(timeout=90)
+print("STOPPED", flush=True)
+"""
+
+
+def test_a_stop_ends_when_its_worker_is_killed_during_it(tmp_path: Path) -> None:
+    """The stop's answer would come from the worker's agent: its loss answers it (it waited
+    for ever before)."""
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(STOPPING))
+    env = {**os.environ, "REGENCY_SECRET": "killed-worker", "PYTHONUNBUFFERED": "1"}
+    with loopback_worker(env) as (worker, address):
+        controller = subprocess.Popen([sys.executable, str(script), address], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True, start_new_session=True)
+        try:
+            assert controller.stdout is not None
+            seen = []
+            for line in controller.stdout:  # bounded by the test's timeout
+                seen.append(line)
+                if "CLEANING" in line:
+                    break
+            assert any("STOPPING" in ln for ln in seen), "".join(seen)
+            start = time.monotonic()
+            os.killpg(worker.pid, signal.SIGKILL)
+            out, _ = controller.communicate(timeout=90)
+            took = time.monotonic() - start
+        finally:
+            if controller.poll() is None:
+                os.killpg(controller.pid, signal.SIGKILL)
+    assert "STOPPED" in out, "".join(seen) + out
+    assert took < 60, took  # not the stop's own timeout
+

@@ -12,6 +12,7 @@ from .._runtime._runtime import Runtime
 from .._wire import _messages as m
 from ..errors import MeshFailure, SupervisionError
 from . import _failfast
+from ._mesh_state import answer_lost_host
 from ._state import api_state, supervisor
 from ._supervise import banner
 
@@ -58,8 +59,10 @@ def on_proc_exited(rt: Runtime, msg: m.ProcExited, drain: bool = True) -> None:
 
 
 def host_lost(rt: Runtime, agent: str, why: str) -> None:
-    """A worker host stopped answering: every proc there is lost, through supervision."""
+    """A worker host stopped answering: every proc there is lost, through supervision, and
+    what was asked of its agent (a stop) is answered."""
     rt.mark_dead(agent, why)
+    answer_lost_host(agent)
     for uid, info in list(api_state(rt).proc_meshes.items()):
         for rank, (addr, a) in enumerate(zip(info.addr_list, info.agents)):
             # a proc whose connection broke with its host is lost with it: only an exit

@@ -35,12 +35,12 @@ log = logging.getLogger("regency.hang")
 
 
 class HangNotice:
-    """Samples the main thread's wait every ``period`` seconds; tells of one that lasts."""
+    """Samples the main thread's wait every second at most (a quarter of
+    ``hang_notice_after``, read at each sample: ``configure()`` changes it at once); tells
+    of one that lasts."""
 
-    def __init__(self, rt: Runtime, after: float) -> None:
+    def __init__(self, rt: Runtime) -> None:
         self.rt = rt
-        self.after = after
-        self.period = min(1.0, after / 4)
         self._seen: Any = None  # the completion waited on at the last sample
         self._since = 0.0
         self._told: Any = None  # the wait already told of
@@ -50,16 +50,18 @@ class HangNotice:
         rt = self.rt
         if rt.stopping:
             return
-        c = None if debugger_paused() else _failfast.waiting  # pdb takes what it takes
+        after = float(config.get("hang_notice_after"))
+        # nothing to tell while off, or while a proc is paused in pdb (the user's own wait)
+        c = _failfast.waiting if after > 0 and not debugger_paused() else None
         now = time.monotonic()
         if c is not self._seen:
             self._seen, self._since = c, now
         elif (c is not None and c is not self._told and not c.done()
-              and now - self._since >= self.after):
+              and now - self._since >= after):
             self._told = c
             threading.Thread(target=self._tell, args=(c, now - self._since),
                              name="regency-hang-notice", daemon=True).start()
-        rt.loop.call_later(self.period, self.tick)
+        rt.loop.call_later(min(1.0, after / 4) if after > 0 else 1.0, self.tick)
 
     def _tell(self, c: Any, waited: float) -> None:
         try:
@@ -93,7 +95,5 @@ def _write(text: str) -> None:
 
 
 def start(rt: Runtime) -> None:
-    """Sample the controller's main-thread waits, unless ``hang_notice_after`` is 0."""
-    after = float(config.get("hang_notice_after"))
-    if after > 0:
-        rt.loop.call_soon_threadsafe(HangNotice(rt, after).tick)
+    """Sample the controller's main-thread waits (none while ``hang_notice_after`` is 0)."""
+    rt.loop.call_soon_threadsafe(HangNotice(rt).tick)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import secrets
 import socket
+from collections.abc import Callable
 from typing import Any
 
 from .. import config
@@ -48,6 +49,29 @@ def countdown_port(n: int, done: Completion) -> tuple[str, int]:
         rt.close_port(port_id)
         done.set_result(None)
     return (rt.contact, port_id)
+
+
+def agent_port(agent: str, answered: Callable[[], None]) -> tuple[str, int]:
+    """A reply port for a request to the host agent ``agent``: ``answered()`` runs once,
+    when the agent answers or when its host is lost (``answer_lost_host``): a request to
+    a host that dies with it must not wait for ever."""
+    rt = runtime()
+    asked = api_state(rt).asked_agents.setdefault(agent, {})
+
+    def reply(reply: Any = None, frame: Any = None) -> None:
+        if asked.pop(port_id, None) is not None:
+            rt.close_port(port_id)
+            answered()
+
+    port_id = rt.open_port(reply)
+    asked[port_id] = reply
+    return (rt.contact, port_id)
+
+
+def answer_lost_host(agent: str) -> None:
+    """The host agent ``agent`` is lost: its requests' ports are answered now."""
+    for reply in list(api_state(runtime()).asked_agents.pop(agent, {}).values()):
+        reply()
 
 
 def _owner_uid() -> str | None:

@@ -25,6 +25,7 @@ from .._debug import _rank as _debug_rank
 from .._debug._dumps import arm as arm_stack_dumps
 from .._mesh import Point, Shape
 from .._runtime import _current, _output_fence, _output_marks, _whole_lines
+from .._runtime._descendants import mark_forks
 from .._runtime._host_agent import AGENT_LOST_EXIT
 from .._runtime._loop_spin import LoopSpin
 from .._runtime._runtime import Runtime
@@ -71,6 +72,7 @@ def run_proc(spec: dict[str, Any]) -> int:
     _whole_lines.install()  # two actors printing at once do not tear each other's lines
     _debug_rank.install()  # breakpoint() pauses this rank; the console is at the controller
     arm_stack_dumps()  # its host agent can read every thread's stack, whatever it is doing
+    mark_forks()  # a child it forks without a program is known as its own when it ends
     for fd in spec.get("extra_fds", [])[:1]:
         rt.status_page = mmap.mmap(fd, 0)  # where we say which endpoint runs
         os.close(fd)

@@ -40,6 +40,7 @@ from ._mesh_state import (
     _qualname,
     _state,
     _token,
+    agent_port,
     countdown_port,
 )
 from ._process import runtime
@@ -232,9 +233,15 @@ class ProcMesh(MeshTrait):
         for g in ranks:
             by_agent.setdefault(self._host_agents[g], []).append(self._proc_addrs[g])
         done = Completion(f"proc mesh {self._uid} to stop")
-        port = countdown_port(len(by_agent), done)
+        left = [len(by_agent)]
+
+        def stopped_there() -> None:  # an agent answered, or its host was lost
+            left[0] -= 1
+            if left[0] == 0:
+                done.set_result(None)
+
         for agent, addrs in by_agent.items():
-            rt.send_sys(agent, m.StopProcs(addrs, reason, port))
+            rt.send_sys(agent, m.StopProcs(addrs, reason, agent_port(agent, stopped_there)))
         return Future._from(done)
 
     def stacks(self, timeout: float = 1.0) -> Stacks:

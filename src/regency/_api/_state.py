@@ -77,6 +77,9 @@ class ApiState:
     heartbeat_task: asyncio.Task[None] | None = None
     heartbeat_started: bool = False
     this_proc: Any = None  # the ProcMesh this_proc() returns (the same each time)
+    # host agent -> {port: its handler}: requests whose answer a lost host never gives
+    # (``_mesh_state.agent_port``), answered by ``host_lost`` instead
+    asked_agents: dict[str, dict[int, Any]] = field(default_factory=dict)
 
 
 def api_state(rt: Runtime) -> ApiState:

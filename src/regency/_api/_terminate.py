@@ -135,7 +135,14 @@ def install_in_proc(schedule: Callable[[], object]) -> bool:
         schedule()
 
     signal.signal(signal.SIGTERM, handler)
+    os.register_at_fork(after_in_child=lambda: _not_in_a_fork(handler))
     return True
+
+
+def _not_in_a_fork(handler: Callable[..., object]) -> None:
+    """A child the proc forked (``multiprocessing``, say) is no proc: a SIGTERM ends it."""
+    if signal.getsignal(signal.SIGTERM) is handler:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 # -- worker ------------------------------------------------------------------------------------

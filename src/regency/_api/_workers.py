@@ -25,7 +25,7 @@ from .. import config
 from .._debug._stacks import serve_dumps
 from .._mesh import Shape
 from .._runtime import _current
-from .._runtime._host_agent import HostAgent
+from .._runtime._host_agent import SIGKILL_REAP_S, HostAgent
 from .._runtime._runtime import Runtime
 from .._runtime._secret import job_secret
 from .._transport import Address
@@ -105,6 +105,9 @@ class WorkerService:
         self.agent.kill()
         self.controller = None
         self.agent.forward_to = ""
+        # what its procs started and left ends with the fork server: a fresh one serves
+        # the next controller
+        self.agent.track(self.agent.renew_zygote(SIGKILL_REAP_S), "renew the fork server")
 
     def terminate(self) -> None:
         """SIGTERM: stop every proc here (their ``__cleanup__`` runs), then exit (loop)."""

@@ -6,8 +6,11 @@ through each one:
 
 * **its group**: a proc leads a process group of its own, which its children join unless
   they make one (``start_new_session=True``, a daemon's ``setsid``);
-* **its mark**: a proc's environment carries :data:`MARK` (unique per proc), which its
-  descendants inherit unless they are given an environment of their own;
+* **its mark**: a proc's environment carries :data:`MARK` (``rg<pid>``, unique per live
+  proc), which the programs it runs inherit unless they are given an environment of their
+  own; a child it forks without running a program keeps the fork server's environment in
+  ``/proc`` (what Python's ``os.environ`` changes is not there), so it gets the mark as its
+  name instead (``comm``, set after each ``os.fork`` of the proc: :func:`mark_forks`);
 * **adoption**: the fork server is a child subreaper, so a descendant whose parent ended
   is adopted by it rather than by init; what it adopted ends with it (when its host agent
   goes: the controller's exit, even a SIGKILL, or a worker's release).
@@ -26,26 +29,43 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 
-__all__ = ["END_ALL_S", "GRACE_S", "MARK", "Endings", "adopted", "become_subreaper", "marked",
-           "signal_group"]
+__all__ = ["END_ALL_S", "GRACE_S", "MARK", "Endings", "adopted", "become_subreaper", "mark_forks",
+           "mark_of", "marked", "signal_group"]
 
-#: The environment variable that names a proc's tree; its value is unique per proc.
+#: The environment variable that names a proc's tree; its value is :func:`mark_of` its pid.
 MARK = "REGENCY_PROC_TREE"
 #: Seconds between the SIGTERM of a proc's descendants and the SIGKILL of those left.
 GRACE_S = 2.0
 #: Seconds an ending fork server keeps killing what its procs left (their threads end).
 END_ALL_S = 1.5
 
+_PR_SET_NAME = 15
 _PR_SET_CHILD_SUBREAPER = 36
+
+
+def mark_of(pid: int) -> str:
+    """The mark of the proc ``pid``: short enough to be a process name (15 bytes)."""
+    return f"rg{pid}"
+
+
+def _prctl(option: int, arg: int | bytes) -> bool:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        return int(libc.prctl(option, arg, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 def become_subreaper() -> bool:
     """Make this process adopt its orphaned descendants (Linux ``prctl``); whether it did."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
-    except (OSError, AttributeError):
-        return False
+    return _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+def mark_forks() -> None:
+    """In a proc whose descendants end with it: name each child it forks after its mark."""
+    mark = os.environ.get(MARK)
+    if mark:
+        os.register_at_fork(after_in_child=lambda: _prctl(_PR_SET_NAME, mark.encode()))
 
 
 def signal_group(pgid: int, sig: int) -> None:
@@ -77,7 +97,8 @@ def _each_process(part: str, skip: int = 0) -> Iterator[tuple[int, bytes]]:
 
 
 def marked(marks: set[str], skip: int = 0) -> dict[int, str]:
-    """``{pid: mark}`` of the processes whose environment carries one of ``marks``."""
+    """``{pid: mark}`` of the processes whose environment carries one of ``marks``, or
+    whose name is one (forked without running a program)."""
     if not marks:
         return {}
     wanted = {f"{MARK}={mark}".encode(): mark for mark in marks}
@@ -88,6 +109,11 @@ def marked(marks: set[str], skip: int = 0) -> dict[int, str]:
             mark = next((wanted[e] for e in environ.split(b"\0") if e in wanted), None)
             if mark is not None:
                 found[pid] = mark
+    names = {mark.encode(): mark for mark in marks}
+    for pid, comm in _each_process("comm", skip):
+        mark = names.get(comm.rstrip(b"\n"))
+        if mark is not None:
+            found[pid] = mark
     return found
 
 

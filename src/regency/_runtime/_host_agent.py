@@ -271,6 +271,30 @@ class HostAgent:
             elif msg[0] == "failed":
                 log.error("regency: the fork server refused a request: %s", msg[2])
 
+    async def renew_zygote(self, timeout: float) -> None:
+        """End the fork server once its procs are reaped (``timeout`` seconds at most), so
+        that what they left behind and what it adopted ends with it, and start a fresh one
+        (a worker between two controllers; loop thread). Kept as it is when procs are still
+        there by then (not reaped, or a new controller's)."""
+        addrs = set(self.procs)
+        if addrs:
+            fut: asyncio.Future[None] = self.rt.loop.create_future()
+            self._stop_waiters.append((addrs, fut))
+            try:
+                await asyncio.wait_for(asyncio.shield(fut), timeout)
+            except (TimeoutError, asyncio.TimeoutError):
+                pass
+        if self.procs or self._sock is None or self._outbox:
+            return
+        old = self._zygote
+        self.rt.loop.remove_reader(self._sock.fileno())
+        self._sock.close()  # it ends: its procs' leftovers and adoptees with it
+        self._sock, self._zygote = None, None
+        if old is not None:
+            threading.Thread(target=_reap_zygote, args=(old,), daemon=True,
+                             name="regency-zygote-reaper").start()
+        self.start_zygote()
+
     def _zygote_lost(self) -> None:
         for _, fds in self._outbox:
             for fd in fds:
@@ -604,3 +628,12 @@ class HostAgent:
                 self._zygote.kill()
                 self._zygote.wait()
             self._zygote = None
+
+
+def _reap_zygote(zygote: subprocess.Popen[bytes]) -> None:
+    """Wait for a fork server told to end (its socket closed), killing it if it lingers."""
+    try:
+        zygote.wait(timeout=END_ALL_S + 1.0)
+    except subprocess.TimeoutExpired:
+        zygote.kill()
+        zygote.wait()

@@ -27,7 +27,7 @@ import socket
 import sys
 from typing import Any
 
-from ._descendants import MARK, Endings, become_subreaper
+from ._descendants import MARK, Endings, become_subreaper, mark_of
 from ._lifeline import set_parent_death_signal
 from ._whole_lines import flush_all
 
@@ -96,8 +96,10 @@ def _child(sock: socket.socket, wake: tuple[int, int], req: dict[str, Any], fds:
             os.close(fd)
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
-        if MARK in req["env"]:  # its descendants end with it: it leads their group
+        if req["spec"].get("kill_descendants", True):  # its descendants end with it: it
+            # leads their group, and its mark is in its environment (``_descendants``)
             os.setpgid(0, 0)
+            req["env"] = {**req["env"], MARK: mark_of(os.getpid())}
         os.dup2(fds[0], 1)
         os.dup2(fds[1], 2)
         for fd in fds[:2]:
@@ -140,6 +142,8 @@ def _exec(command: Any, req: dict[str, Any]) -> None:
     for extra in spec.get("extra_fds", []):
         os.set_inheritable(extra, True)
     env = command.environment(req["env"])
+    if MARK in req["env"]:  # even with ``inherit_env=False``: its descendants end with it
+        env[MARK] = req["env"][MARK]
     env["REGENCY_PROC_SPEC_FD"] = str(fd)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -185,31 +189,20 @@ def serve(sock: socket.socket) -> None:
                 os.close(fd)
             _reply(sock, "failed", None, f"bad spawn request: {exc!r}")
             continue
-        mark = _mark_of(req)
         pid = os.fork()
         if pid == 0:
             _child(sock, (rfd, wfd), req, fds)
         for fd in fds:
             os.close(fd)
         _children.add(pid)
-        if mark is not None:
-            _trees[pid] = mark
+        if req["spec"].get("kill_descendants", True):  # ``kill_proc_descendants``
+            _trees[pid] = mark_of(pid)
             try:  # the child does it too: whichever runs first (as a shell does)
                 os.setpgid(pid, pid)
             except OSError:  # it ran exec already, or ended
                 pass
         _reply(sock, "spawned", req["token"], pid)
         _reap(sock)
-
-
-def _mark_of(req: dict[str, Any]) -> str | None:
-    """The mark of the proc ``req`` asks for, put in its environment; None when its
-    descendants are to outlive it (``kill_proc_descendants``)."""
-    if not req["spec"].get("kill_descendants", True):
-        return None
-    mark = f"{os.getpid()}.{req['token']}"
-    req["env"] = {**req["env"], MARK: mark}
-    return mark
 
 
 def main() -> None:

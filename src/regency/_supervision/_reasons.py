@@ -71,7 +71,7 @@ def process_failed(cause: str) -> str:
     for prefix in ("was killed by signal ", "killed by signal "):
         if cause.startswith(prefix):
             return f"failed: Killed(sig={_signal_number(cause[len(prefix):])})"
-    if cause.startswith("exited with code "):
+    if cause.startswith("exited with code ") and not cause.startswith("exited with code 0"):
         return "exited with non-zero code " + cause[len("exited with code "):]
     return cause
 
