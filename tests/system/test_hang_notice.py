@@ -31,16 +31,27 @@ class Stuck(Actor):
 procs = this_host().spawn_procs(per_host={"gpus": 2})
 stuck = procs.spawn("stuck", Stuck)
 config.configure(hang_notice_after=1.0)  # once regency runs: it takes effect all the same
-print("result", stuck.slice(gpus=1).wait_for_gate.call_one(sys.argv[1]).get(), flush=True)
+call = stuck.slice(gpus=1).wait_for_gate.call_one(sys.argv[1])
+if sys.argv[2] == "await":  # a script of asyncio awaits it
+    import asyncio
+
+    async def main():
+        return await call
+
+    print("result", asyncio.run(main()), flush=True)
+else:
+    print("result", call.get(), flush=True)
 procs.stop().get(timeout=30)
 """
 
 
-def test_a_long_wait_tells_what_it_waits_for_and_where_the_callee_is(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["get", "await"])
+def test_a_long_wait_tells_what_it_waits_for_and_where_the_callee_is(tmp_path: Path,
+                                                                      how: str) -> None:
     script = tmp_path / "script.py"
     script.write_text(textwrap.dedent(SCRIPT))
     gate = tmp_path / "gate"
-    proc = subprocess.Popen([sys.executable, str(script), str(gate)], cwd=tmp_path,
+    proc = subprocess.Popen([sys.executable, str(script), str(gate), how], cwd=tmp_path,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

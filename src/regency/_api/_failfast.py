@@ -28,6 +28,9 @@ _REDELIVER_S = 0.2
 _heard = threading.Event()
 #: The completion the main thread is blocked on in ``Future.get`` (set and cleared there).
 waiting: Any = None
+#: The completions the main thread's asyncio code awaits, and since when (``Future.__await__``
+#: adds and removes them; the hang notice reads them).
+awaited: dict[Any, float] = {}
 
 
 def pending_exit_code() -> int | None:

@@ -6,6 +6,8 @@ import asyncio
 import concurrent.futures
 import logging
 import math
+import threading
+import time
 import warnings
 from collections.abc import Callable, Generator
 from typing import Any, Generic, TypeVar
@@ -13,6 +15,7 @@ from typing import Any, Generic, TypeVar
 from .._debug._stacks import where_stuck
 from .._runtime._completion import Completion
 from .._runtime._output_catchup import book as lines
+from .._transport._checkpoint import MAIN_ID
 from . import _failfast
 
 _running_loop = asyncio._get_running_loop  # None outside a running loop, and never raises
@@ -248,6 +251,9 @@ class Future(Generic[R]):
         problem = self._problem(True)
         if problem:
             raise RuntimeError(problem)
+        main = threading.get_ident() == MAIN_ID
+        if main:  # the controller's script awaits it: the hang notice looks (``_hang_notice``)
+            _failfast.awaited[c] = time.monotonic()
         try:
             if self._call is not None and watch_await is not None:
                 value = yield from watch_await(c, self._call)  # probed if it lasts
@@ -256,6 +262,9 @@ class Future(Generic[R]):
         except asyncio.CancelledError:
             self._cancel_with_waiter()  # the awaiting task was cancelled: so is the call
             raise
+        finally:
+            if main:
+                _failfast.awaited.pop(c, None)
         if lines.behind:
             yield from lines.caught_up().__await__()
         return value  # type: ignore[no-any-return,unused-ignore]

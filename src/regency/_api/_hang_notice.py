@@ -3,14 +3,16 @@
 A call that never answers while its callee lives (a rank stuck in a collective, a
 deadlock the probes cannot see, a lock) is the one wait supervision cannot end: the
 callee is healthy as far as anyone can tell. Rather than sit there silently, once the
-main thread has been blocked in ``get()`` on the same result for ``hang_notice_after``
-seconds, the controller prints, once for that wait, what it waits for and where each
-callee is now: their stacks, grouped (``where_stuck``, as a ``TimeoutError`` shows them).
+main thread has been blocked in ``get()`` on the same result (or its asyncio code has
+awaited one) for ``hang_notice_after`` seconds, the controller prints, once for that
+wait, what it waits for and where each callee is now: their stacks, grouped
+(``where_stuck``, as a ``TimeoutError`` shows them).
 It is a notice, not an error: the wait goes on. Nothing is told while a proc of the job is
 paused at a breakpoint (the wait is the user's own).
 
 A timer of the runtime's loop samples what ``Future.get`` publishes for fail-fast
-(``_failfast.waiting``); nothing is added to the wait itself. The stacks are gathered on
+(``_failfast.waiting``) and what ``Future.__await__`` on the main thread notes
+(``_failfast.awaited``); nothing is added to a blocking wait itself. The stacks are gathered on
 a short-lived thread (the loop must stay free to receive them).
 """
 
@@ -41,9 +43,9 @@ class HangNotice:
 
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
-        self._seen: Any = None  # the completion waited on at the last sample
+        self._seen: Any = None  # the completion ``get()`` waited on at the last sample
         self._since = 0.0
-        self._told: Any = None  # the wait already told of
+        self._told: list[Any] = []  # the waits already told of, not done yet
 
     def tick(self) -> None:
         """One sample (loop thread); schedules the next."""
@@ -51,17 +53,27 @@ class HangNotice:
         if rt.stopping:
             return
         after = float(config.get("hang_notice_after"))
-        # nothing to tell while off, or while a proc is paused in pdb (the user's own wait)
-        c = _failfast.waiting if after > 0 and not debugger_paused() else None
         now = time.monotonic()
-        if c is not self._seen:
-            self._seen, self._since = c, now
-        elif (c is not None and c is not self._told and not c.done()
-              and now - self._since >= after):
-            self._told = c
-            threading.Thread(target=self._tell, args=(c, now - self._since),
-                             name="regency-hang-notice", daemon=True).start()
+        waiting = _failfast.waiting
+        if waiting is not self._seen:
+            self._seen, self._since = waiting, now
+        self._told = [c for c in self._told if not c.done()]
+        # nothing to tell while off, or while a proc is paused in pdb (the user's own wait)
+        if after > 0 and not debugger_paused():
+            self._look(now, after)
         rt.loop.call_later(min(1.0, after / 4) if after > 0 else 1.0, self.tick)
+
+    def _look(self, now: float, after: float) -> None:
+        """Tell of the main thread's wait in ``get()``, or else of the oldest result its
+        asyncio code awaits, once it has lasted ``after`` seconds."""
+        waits = [(self._since, self._seen)] if self._seen is not None else []
+        waits += [(since, c) for c, since in list(_failfast.awaited.items())[:1]]
+        for since, c in waits:
+            if not c.done() and c not in self._told and now - since >= after:
+                self._told.append(c)
+                threading.Thread(target=self._tell, args=(c, now - since),
+                                 name="regency-hang-notice", daemon=True).start()
+                return
 
     def _tell(self, c: Any, waited: float) -> None:
         try:
