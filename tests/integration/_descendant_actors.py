@@ -52,6 +52,10 @@ class Starter(Actor):
         return pid
 
     @endpoint
+    def mark(self) -> str:
+        return os.environ["REGENCY_PROC_TREE"]
+
+    @endpoint
     def forked_sigterm(self) -> tuple[bool, str]:
         """In a child forked here: whether SIGTERM is back to its default, and its name."""
         r, w = os.pipe()

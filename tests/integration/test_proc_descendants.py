@@ -113,8 +113,8 @@ def test_a_child_forked_by_a_proc_is_named_after_it_and_ends_on_sigterm() -> Non
     procs = this_host().spawn_procs(per_host={"gpus": 1}, name="forker")
     try:
         starter = procs.spawn("starter", Starter)
-        proc_pid = starter.pid.call_one().get(timeout=T)
-        assert starter.forked_sigterm.call_one().get(timeout=T) == (True, f"rg{proc_pid}")
+        mark = starter.mark.call_one().get(timeout=T)
+        assert starter.forked_sigterm.call_one().get(timeout=T) == (True, mark)
     finally:
         procs.stop().get(timeout=T)
 

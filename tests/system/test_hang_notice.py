@@ -71,3 +71,62 @@ def test_a_long_wait_tells_what_it_waits_for_and_where_the_callee_is(tmp_path: P
     assert ".wait_for_gate() on ranks [1], which has not answered" in text, text
     assert proc.returncode == 0 and "result opened" in out, out + err
     assert "has waited" not in err  # told once
+
+
+AWAITS = """
+import asyncio, os, sys
+from regency import config
+from regency.actor import Actor, endpoint, this_host
+
+class Gated(Actor):
+    @endpoint
+    async def wait_for(self, gate, tag):
+        while not os.path.exists(gate):
+            await asyncio.sleep(0.01)
+        return tag
+
+async def main(where):
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    first = procs.slice(gpus=0).spawn("first", Gated)
+    later = procs.slice(gpus=1).spawn("later", Gated)
+    config.configure(hang_notice_after=1.0)
+    calls = [first.wait_for.call_one(os.path.join(where, "a"), f"a{i}") for i in range(3)]
+    together = asyncio.ensure_future(asyncio.gather(*calls))  # one wait: one notice
+    while not os.path.exists(os.path.join(where, "go")):  # the test saw that notice
+        await asyncio.sleep(0.01)
+    print("b", await later.wait_for.call_one(os.path.join(where, "b"), "b"), flush=True)
+    print("a", await together, flush=True)
+    await procs.stop()
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+def test_awaits_of_one_gather_get_one_notice_and_a_later_await_its_own(
+        tmp_path: Path) -> None:
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(AWAITS))
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path)], cwd=tmp_path,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    notices = []
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:  # bounded by the test's timeout
+            if line.startswith("regency: the program has waited"):
+                notices.append(line)
+                if len(notices) == 1:
+                    (tmp_path / "go").touch()  # now the later await begins
+                else:
+                    break
+        (tmp_path / "a").touch()
+        (tmp_path / "b").touch()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "first-" in notices[0] and ".wait_for() on ranks [0]" in notices[0], notices
+    assert "later-" in notices[1], notices  # not hidden behind the first, still pending
+    assert proc.returncode == 0 and "b b" in out and "a ['a0', 'a1', 'a2']" in out, out + err
+    assert "has waited" not in err  # the gather's other calls were not told one by one
+

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from regency._runtime._descendants import MARK, Endings, adopted, marked
+from regency._runtime._descendants import MARK, Endings, adopted, marked, new_mark
 
 SLEEPER = [sys.executable, "-c", "import sys; sys.stdin.read()"]  # ends when we close stdin
 
@@ -56,3 +56,10 @@ def test_nothing_is_due_until_a_proc_ended() -> None:
     assert endings.timeout() is None
     endings.begin({})
     assert endings.timeout() is None
+
+
+def test_marks_are_never_given_twice_and_fit_a_process_name() -> None:
+    marks = {new_mark() for _ in range(1000)}
+    assert len(marks) == 1000
+    assert all(m.startswith("rg") and len(m.encode()) <= 15 for m in marks)
+

@@ -46,6 +46,9 @@ class HangNotice:
         self._seen: Any = None  # the completion ``get()`` waited on at the last sample
         self._since = 0.0
         self._told: list[Any] = []  # the waits already told of, not done yet
+        # awaits that began before the last notice of one are part of what it told (the
+        # calls of one ``gather``, queued behind one another): one notice for them
+        self._told_at = float("-inf")
 
     def tick(self) -> None:
         """One sample (loop thread); schedules the next."""
@@ -65,15 +68,27 @@ class HangNotice:
 
     def _look(self, now: float, after: float) -> None:
         """Tell of the main thread's wait in ``get()``, or else of the oldest result its
-        asyncio code awaits, once it has lasted ``after`` seconds."""
-        waits = [(self._since, self._seen)] if self._seen is not None else []
-        waits += [(since, c) for c, since in list(_failfast.awaited.items())[:1]]
-        for since, c in waits:
-            if not c.done() and c not in self._told and now - since >= after:
-                self._told.append(c)
-                threading.Thread(target=self._tell, args=(c, now - since),
-                                 name="regency-hang-notice", daemon=True).start()
+        asyncio code awaits that began after the last such notice, once it has lasted
+        ``after`` seconds."""
+        if self._seen is not None and self._tell_if_long(self._seen, self._since, now, after):
+            return
+        awaited = _failfast.awaited
+        items = list(awaited.items())  # one copy: the main thread changes it meanwhile
+        items.sort(key=lambda item: item[1])
+        for c, since in items:
+            if c.done():  # its await never resumed (its loop stopped): nothing waits on it
+                awaited.pop(c, None)
+            elif since > self._told_at and self._tell_if_long(c, since, now, after):
+                self._told_at = now
                 return
+
+    def _tell_if_long(self, c: Any, since: float, now: float, after: float) -> bool:
+        if c.done() or c in self._told or now - since < after:
+            return False
+        self._told.append(c)
+        threading.Thread(target=self._tell, args=(c, now - since),
+                         name="regency-hang-notice", daemon=True).start()
+        return True
 
     def _tell(self, c: Any, waited: float) -> None:
         try:

@@ -6,11 +6,12 @@ through each one:
 
 * **its group**: a proc leads a process group of its own, which its children join unless
   they make one (``start_new_session=True``, a daemon's ``setsid``);
-* **its mark**: a proc's environment carries :data:`MARK` (``rg<pid>``, unique per live
-  proc), which the programs it runs inherit unless they are given an environment of their
-  own; a child it forks without running a program keeps the fork server's environment in
-  ``/proc`` (what Python's ``os.environ`` changes is not there), so it gets the mark as its
-  name instead (``comm``, set after each ``os.fork`` of the proc: :func:`mark_forks`);
+* **its mark**: a proc's environment carries :data:`MARK` (``rg`` and 12 random hex
+  digits, never given twice), which the programs it runs inherit unless they are given an
+  environment of their own; a child it forks without running a program keeps the fork
+  server's environment in ``/proc`` (what Python's ``os.environ`` changes is not there),
+  so it gets the mark as its name instead (``comm``, set after each ``os.fork`` of the
+  proc: :func:`mark_forks`);
 * **adoption**: the fork server is a child subreaper, so a descendant whose parent ended
   is adopted by it rather than by init; what it adopted ends with it (when its host agent
   goes: the controller's exit, even a SIGKILL, or a worker's release).
@@ -24,15 +25,18 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
+import secrets
 import signal
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 __all__ = ["END_ALL_S", "GRACE_S", "MARK", "Endings", "adopted", "become_subreaper", "mark_forks",
-           "mark_of", "marked", "signal_group"]
+           "marked", "new_mark", "signal_group"]
 
-#: The environment variable that names a proc's tree; its value is :func:`mark_of` its pid.
+#: The environment variable that names a proc's tree; its value is :func:`new_mark`'s.
 MARK = "REGENCY_PROC_TREE"
 #: Seconds between the SIGTERM of a proc's descendants and the SIGKILL of those left.
 GRACE_S = 2.0
@@ -43,15 +47,21 @@ _PR_SET_NAME = 15
 _PR_SET_CHILD_SUBREAPER = 36
 
 
-def mark_of(pid: int) -> str:
-    """The mark of the proc ``pid``: short enough to be a process name (15 bytes)."""
-    return f"rg{pid}"
+def new_mark() -> str:
+    """A proc's mark: random, never given twice (a pid is: an old proc's grace must not
+    reach a new proc that got its pid), and short enough to be a process name (15 bytes)."""
+    return "rg" + secrets.token_hex(6)
+
+
+@functools.cache
+def _libc() -> Any:
+    """The C library, loaded once (finding it runs ``ldconfig``: never in a fresh fork)."""
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
 
 def _prctl(option: int, arg: int | bytes) -> bool:
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        return int(libc.prctl(option, arg, 0, 0, 0)) == 0
+        return int(_libc().prctl(option, arg, 0, 0, 0)) == 0
     except (OSError, AttributeError):
         return False
 
@@ -65,6 +75,10 @@ def mark_forks() -> None:
     """In a proc whose descendants end with it: name each child it forks after its mark."""
     mark = os.environ.get(MARK)
     if mark:
+        try:
+            _libc()  # now, not in each child
+        except OSError:
+            return
         os.register_at_fork(after_in_child=lambda: _prctl(_PR_SET_NAME, mark.encode()))
 
 

@@ -266,6 +266,8 @@ class HostAgent:
                 if rec is not None:
                     rec.pid = msg[2]
                     self.by_pid[rec.pid] = rec
+                    if rec.killed:  # killed while it was being forked
+                        _sigkill(rec.pid)
             elif msg[0] == "exited":
                 self._on_exit(msg[1], msg[2])
             elif msg[0] == "failed":
@@ -279,11 +281,12 @@ class HostAgent:
         addrs = set(self.procs)
         if addrs:
             fut: asyncio.Future[None] = self.rt.loop.create_future()
-            self._stop_waiters.append((addrs, fut))
+            waiter = (addrs, fut)
+            self._stop_waiters.append(waiter)
             try:
                 await asyncio.wait_for(asyncio.shield(fut), timeout)
             except (TimeoutError, asyncio.TimeoutError):
-                pass
+                self._stop_waiters.remove(waiter)
         if self.procs or self._sock is None or self._outbox:
             return
         old = self._zygote
@@ -605,14 +608,13 @@ class HostAgent:
         await self._await_stop(addrs, fut, timeout, None)
 
     def kill(self, addrs: set[str] | None = None) -> None:
-        """SIGKILL the given procs (all when None)."""
+        """SIGKILL the given procs (all when None); one still being forked is killed as
+        soon as the fork server says it is there."""
         for rec in list(self.procs.values()):
-            if (addrs is None or rec.addr in addrs) and rec.pid:
+            if addrs is None or rec.addr in addrs:
                 rec.stopping = rec.killed = True
-                try:
-                    os.kill(rec.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                if rec.pid:
+                    _sigkill(rec.pid)
 
     def shutdown(self) -> None:
         """Kill every proc and the fork server (loop thread)."""
@@ -628,6 +630,13 @@ class HostAgent:
                 self._zygote.kill()
                 self._zygote.wait()
             self._zygote = None
+
+
+def _sigkill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _reap_zygote(zygote: subprocess.Popen[bytes]) -> None:

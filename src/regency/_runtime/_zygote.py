@@ -27,7 +27,7 @@ import socket
 import sys
 from typing import Any
 
-from ._descendants import MARK, Endings, become_subreaper, mark_of
+from ._descendants import MARK, Endings, become_subreaper, new_mark
 from ._lifeline import set_parent_death_signal
 from ._whole_lines import flush_all
 
@@ -96,10 +96,8 @@ def _child(sock: socket.socket, wake: tuple[int, int], req: dict[str, Any], fds:
             os.close(fd)
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
-        if req["spec"].get("kill_descendants", True):  # its descendants end with it: it
-            # leads their group, and its mark is in its environment (``_descendants``)
+        if MARK in req["env"]:  # its descendants end with it: it leads their group
             os.setpgid(0, 0)
-            req["env"] = {**req["env"], MARK: mark_of(os.getpid())}
         os.dup2(fds[0], 1)
         os.dup2(fds[1], 2)
         for fd in fds[:2]:
@@ -189,14 +187,18 @@ def serve(sock: socket.socket) -> None:
                 os.close(fd)
             _reply(sock, "failed", None, f"bad spawn request: {exc!r}")
             continue
+        mark = None
+        if req["spec"].get("kill_descendants", True):  # ``kill_proc_descendants``
+            mark = new_mark()  # in its environment (``_descendants``)
+            req["env"] = {**req["env"], MARK: mark}
         pid = os.fork()
         if pid == 0:
             _child(sock, (rfd, wfd), req, fds)
         for fd in fds:
             os.close(fd)
         _children.add(pid)
-        if req["spec"].get("kill_descendants", True):  # ``kill_proc_descendants``
-            _trees[pid] = mark_of(pid)
+        if mark is not None:
+            _trees[pid] = mark
             try:  # the child does it too: whichever runs first (as a shell does)
                 os.setpgid(pid, pid)
             except OSError:  # it ran exec already, or ended
