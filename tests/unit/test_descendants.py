@@ -10,7 +10,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from regency._runtime._descendants import MARK, Endings, adopted, marked, new_mark
+from regency._runtime._descendants import (
+    MARK,
+    Endings,
+    _group_of,
+    _still_ours,
+    adopted,
+    marked,
+    new_mark,
+)
 
 SLEEPER = [sys.executable, "-c", "import sys; sys.stdin.read()"]  # ends when we close stdin
 
@@ -62,4 +70,19 @@ def test_marks_are_never_given_twice_and_fit_a_process_name() -> None:
     marks = {new_mark() for _ in range(1000)}
     assert len(marks) == 1000
     assert all(m.startswith("rg") and len(m.encode()) <= 15 for m in marks)
+
+
+def test_a_group_is_signalled_only_while_a_member_seen_before_is_in_it(
+        children: list[subprocess.Popen[bytes]]) -> None:
+    """Its id is a pid: once the group is empty, the id may be another's."""
+    leader = subprocess.Popen(SLEEPER, stdin=subprocess.PIPE, start_new_session=True)
+    children.append(leader)
+    members = _group_of(leader.pid)
+    assert [pid for pid, _ in members] == [leader.pid]
+    assert _still_ours(leader.pid, members)
+    leader.kill()
+    leader.wait()
+    assert _group_of(leader.pid) == set()
+    assert not _still_ours(leader.pid, members)
+    assert not _still_ours(leader.pid, {(leader.pid, 1)})  # another start time: another
 

@@ -133,62 +133,96 @@ def marked(marks: set[str], skip: int = 0) -> dict[int, str]:
 
 def adopted(parent: int) -> list[int]:
     """The live (not zombie) children of ``parent``, this fork server."""
-    children = []
+    return [pid for pid, (state, ppid, _, _) in _stats() if state != b"Z" and ppid == parent]
+
+
+def _stats() -> Iterator[tuple[int, tuple[bytes, int, int, int]]]:
+    """``(pid, (state, parent, process group, start time))`` of every process."""
     for pid, stat in _each_process("stat"):
         fields = stat[stat.rfind(b")") + 2:].split()  # after "pid (comm) "
-        if len(fields) > 1 and fields[0] != b"Z" and int(fields[1]) == parent:
-            children.append(pid)
-    return children
+        if len(fields) > 19:
+            yield pid, (fields[0], int(fields[1]), int(fields[2]), int(fields[19]))
+
+
+#: A process, known for sure: its pid and its start time (a pid alone may be another's).
+Known = tuple[int, int]
+
+
+def _group_of(pgid: int) -> set[Known]:
+    """The members of the process group ``pgid``."""
+    return {(pid, start) for pid, (_, _, group, start) in _stats() if group == pgid}
+
+
+def _still_ours(pgid: int, members: set[Known]) -> bool:
+    """Whether the group ``pgid`` is the one whose ``members`` were seen: one of them is
+    still in it, so it never emptied, and its id (a pid) cannot be another's since."""
+    return bool(members & _group_of(pgid))
 
 
 class Endings:
     """The fork server's book of procs whose descendants are ending: SIGTERM now, SIGKILL
-    for what is left :data:`GRACE_S` later."""
+    for what is left :data:`GRACE_S` later.
+
+    A proc's group is signalled by its id, the proc's pid, which is free for reuse once
+    the group is empty: the SIGKILL goes to the group only while a member seen at the
+    SIGTERM is still in it (then the id cannot have been reused); what left the group is
+    found by its mark."""
 
     def __init__(self) -> None:
-        self._due: list[tuple[float, dict[int, str]]] = []  # (when, {proc pid: its mark})
+        # (when, {proc pid: its mark}, {proc pid: its group's members at the SIGTERM})
+        self._due: list[tuple[float, dict[int, str], dict[int, set[Known]]]] = []
 
     def begin(self, ended: dict[int, str]) -> None:
-        """These procs ended (``{pid: mark}``): SIGTERM their groups and marked processes."""
-        if ended:
-            _signal_trees(ended, signal.SIGTERM)
-            self._due.append((time.monotonic() + GRACE_S, ended))
+        """These procs ended and were reaped (``{pid: mark}``): SIGTERM their groups and
+        marked processes."""
+        if not ended:
+            return
+        groups = {pid: _group_of(pid) for pid in ended}
+        for pid, members in groups.items():
+            if members:  # not empty: its id is still the proc's
+                signal_group(pid, signal.SIGTERM)
+        _signal_marked(ended, signal.SIGTERM)
+        self._due.append((time.monotonic() + GRACE_S, ended, groups))
 
     def timeout(self) -> float | None:
         """Seconds until the next SIGKILL is due (None: none is)."""
         if not self._due:
             return None
-        return max(0.0, min(when for when, _ in self._due) - time.monotonic())
+        return max(0.0, min(when for when, _, _ in self._due) - time.monotonic())
 
-    def due(self, live: set[int]) -> None:
-        """SIGKILL what is left of the procs whose grace ended (``live``: the fork server's
-        procs now, whose groups are spared: a pid used again leads a new proc's group)."""
+    def due(self) -> None:
+        """SIGKILL what is left of the procs whose grace ended."""
         now = time.monotonic()
-        if not any(when <= now for when, _ in self._due):
+        if not any(when <= now for when, _, _ in self._due):
             return
-        trees: dict[int, str] = {}
-        for when, ended in self._due:
-            if when <= now:
-                trees.update(ended)
-        self._due = [(when, ended) for when, ended in self._due if when > now]
-        _signal_trees(trees, signal.SIGKILL, live)
+        ready = [d for d in self._due if d[0] <= now]
+        self._due = [d for d in self._due if d[0] > now]
+        for _, ended, groups in ready:
+            self._kill_left(ended, groups)
+
+    def _kill_left(self, ended: dict[int, str], groups: dict[int, set[Known]]) -> None:
+        for pid, members in groups.items():
+            if members and _still_ours(pid, members):
+                signal_group(pid, signal.SIGKILL)
+        _signal_marked(ended, signal.SIGKILL)  # marks are never given twice
 
     def end_all(self, procs: dict[int, str], live: set[int], bound: float = END_ALL_S) -> None:
-        """The fork server is ending: SIGKILL ``procs`` (``{pid: mark}``), their groups,
-        their marked processes, and whatever it adopted, until none is left (``bound``
-        seconds at most). ``live``: its procs not reaped yet, waited for, since a proc's
-        children are adopted only once its last thread has ended."""
-        trees = dict(procs)
-        for _, ended in self._due:
-            trees.update(ended)
-        self._due.clear()
+        """The fork server is ending: SIGKILL its procs not reaped yet (``live``; those of
+        ``procs``, ``{pid: mark}``, with their groups and marked processes), what is left
+        of those ending, and whatever it adopted, until none is left (``bound`` seconds at
+        most: a proc's children are adopted only once its last thread has ended)."""
+        pending, self._due = self._due, []
         waiting = set(live)
         me = os.getpid()
         deadline = time.monotonic() + bound
         while True:
-            _signal_trees(trees, signal.SIGKILL)
-            for pid in waiting:
+            for pid in waiting:  # not reaped: its pid, and its group's id, are its own
                 _kill(pid, signal.SIGKILL)
+                if pid in procs:
+                    signal_group(pid, signal.SIGKILL)
+            _signal_marked(procs, signal.SIGKILL)
+            for _, ended, groups in pending:
+                self._kill_left(ended, groups)
             left = adopted(me)
             for pid in left:
                 _kill(pid, signal.SIGKILL)
@@ -198,12 +232,8 @@ class Endings:
             time.sleep(0.005)
 
 
-def _signal_trees(trees: dict[int, str], sig: int, spare: set[int] | None = None) -> None:
-    """Send ``sig`` to each proc's group (but those of ``spare``) and to the processes with
-    its mark."""
-    for pid in trees:
-        if spare is None or pid not in spare:
-            signal_group(pid, sig)
+def _signal_marked(trees: dict[int, str], sig: int) -> None:
+    """Send ``sig`` to the processes with the mark of one of ``trees``."""
     for pid in marked(set(trees.values()), os.getpid()):
         _kill(pid, sig)
 

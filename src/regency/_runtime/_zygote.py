@@ -168,7 +168,7 @@ def serve(sock: socket.socket) -> None:
             ready, _, _ = select.select([sock.fileno(), rfd], [], [], _endings.timeout())
         except InterruptedError:
             continue
-        _endings.due(_children)
+        _endings.due()
         if rfd in ready:
             os.read(rfd, 4096)
             _reap(sock)
