@@ -30,7 +30,7 @@ import os
 import secrets
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 __all__ = ["END_ALL_S", "GRACE_S", "MARK", "Endings", "adopted", "become_subreaper", "mark_forks",
@@ -148,15 +148,26 @@ def _stats() -> Iterator[tuple[int, tuple[bytes, int, int, int]]]:
 Known = tuple[int, int]
 
 
+def _groups_of(pgids: Iterable[int]) -> dict[int, set[Known]]:
+    """The members of each process group of ``pgids`` (one scan of ``/proc``)."""
+    groups: dict[int, set[Known]] = {pgid: set() for pgid in pgids}
+    for pid, (_, _, group, start) in _stats():
+        members = groups.get(group)
+        if members is not None:
+            members.add((pid, start))
+    return groups
+
+
 def _group_of(pgid: int) -> set[Known]:
     """The members of the process group ``pgid``."""
-    return {(pid, start) for pid, (_, _, group, start) in _stats() if group == pgid}
+    return _groups_of([pgid])[pgid]
 
 
-def _still_ours(pgid: int, members: set[Known]) -> bool:
-    """Whether the group ``pgid`` is the one whose ``members`` were seen: one of them is
-    still in it, so it never emptied, and its id (a pid) cannot be another's since."""
-    return bool(members & _group_of(pgid))
+def _still_ours(pgid: int, members: set[Known], now: set[Known] | None = None) -> bool:
+    """Whether the group ``pgid`` (its members ``now``, read when not given) is the one
+    whose ``members`` were seen: one of them is still in it, so it never emptied, and its
+    id (a pid) cannot be another's since."""
+    return bool(members & (_group_of(pgid) if now is None else now))
 
 
 class Endings:
@@ -177,7 +188,7 @@ class Endings:
         marked processes."""
         if not ended:
             return
-        groups = {pid: _group_of(pid) for pid in ended}
+        groups = _groups_of(ended)
         for pid, members in groups.items():
             if members:  # not empty: its id is still the proc's
                 signal_group(pid, signal.SIGTERM)
@@ -201,8 +212,9 @@ class Endings:
             self._kill_left(ended, groups)
 
     def _kill_left(self, ended: dict[int, str], groups: dict[int, set[Known]]) -> None:
+        now = _groups_of(groups)
         for pid, members in groups.items():
-            if members and _still_ours(pid, members):
+            if members and _still_ours(pid, members, now[pid]):
                 signal_group(pid, signal.SIGKILL)
         _signal_marked(ended, signal.SIGKILL)  # marks are never given twice
 
