@@ -48,9 +48,9 @@ REGENCY_KEYS: dict[str, Key] = {k.name: k for k in (
          "a mark before it and the controller's get() waits for the lines (costs a "
          "printing call a wake-up of the controller, or the worker agent's hop)"),
     _key("hang_notice_after", "duration", 120.0,
-         "when the controller's main thread has waited this long in get() for one "
-         "result, print once what it waits for and the callees' stacks (the wait goes "
-         "on); 0: never"),
+         "when the controller's main thread has waited this long for one result (get(), "
+         "or an await of its asyncio code), print once what it waits for and the "
+         "callees' stacks (the wait goes on); 0: never"),
     _key("kill_proc_descendants", "bool", True,
          "when a proc ends, end the processes it started (SIGTERM, SIGKILL 2 s later); "
          "off, they live on until the job's host agent ends (the controller exits, the "
