@@ -71,9 +71,10 @@ class ActorError(RegencyError):
 
 
 #: ``MeshFailure.kind``: the actor's own code failed (``"exception"``: an endpoint or
-#: ``__init__`` raised; ``"spawn"``: its class or arguments could not be loaded in the proc,
-#: or the proc's bootstrap failed; ``"unhandled"``: it owns a mesh whose failure its
-#: ``__supervise__`` did not handle), or its process did (``"exit"``: a non-zero exit code;
+#: ``__init__`` raised, or it called ``abort()``; ``"spawn"``: its class or arguments could
+#: not be loaded in the proc, or the proc's bootstrap failed; ``"unhandled"``: it owns a mesh
+#: whose failure its ``__supervise__`` did not handle), or its process did (``"exit"``: the
+#: proc exited on its own, with whatever code;
 #: ``"signal"``: killed by a signal; ``"oom"``: killed by the kernel's OOM killer;
 #: ``"lost"``: its host or its process could not be reached any more).
 FAILURE_KINDS = ("exception", "spawn", "unhandled", "exit", "signal", "oom", "lost")
@@ -183,6 +184,7 @@ class SupervisionError(RegencyError, RuntimeError):
         self.pid = f.pid if f else None
         self.cause = f.cause if f else message
         self.last_lines = list(f.last_lines) if f else []
+        self.kind = f.kind if f else ""
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (SupervisionError, (str(self), self.failure, self.endpoint))

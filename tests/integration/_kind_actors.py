@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 from regency.actor import Actor, endpoint
 
@@ -19,3 +20,7 @@ class Doomed(Actor):
     @endpoint
     def exit_(self, code: int) -> None:
         os._exit(code)
+
+    @endpoint
+    def nap(self) -> None:
+        time.sleep(300)

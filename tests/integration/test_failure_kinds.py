@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from _kind_actors import Doomed
 
-from regency.actor import this_host
+from regency.actor import SupervisionError, this_host
 from regency.errors import FAILURE_KINDS
 
 T = 30
@@ -61,3 +61,18 @@ def test_a_class_the_proc_cannot_load_is_a_spawn_failure(tmp_path: Path,
         sys.path.remove(str(tmp_path))
         sys.modules.pop("kinds_late_module", None)
         procs.stop().get(timeout=T)
+
+
+def test_a_pending_calls_error_carries_the_kind(unhandled_failures: Any) -> None:
+    procs = this_host().spawn_procs(per_host={"gpus": 1}, name="kinds_pending")
+    try:
+        doomed = procs.spawn("doomed_pending", Doomed)
+        pid = doomed.pid.call_one().get(timeout=T)
+        pending = doomed.nap.call_one()
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(SupervisionError) as info:
+            pending.get(timeout=T)
+        assert info.value.kind == "signal" == info.value.failure.kind
+    finally:
+        procs.stop().get(timeout=T)
+
