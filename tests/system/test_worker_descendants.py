@@ -101,3 +101,46 @@ def test_a_workers_procs_descendants_end_with_them_and_with_the_worker(
                 os.kill(pid, 9)
             except ProcessLookupError:
                 pass
+
+
+RELEASED_AT_ONCE = """
+import sys
+from regency.actor import attach_to_workers
+
+hosts = attach_to_workers([sys.argv[1]])
+hosts.spawn_procs(per_host={"gpus": 4})  # not waited for: some may still be forking
+hosts.stop()
+print("RELEASED", flush=True)
+"""
+
+
+def test_procs_still_being_spawned_when_the_worker_is_released_end_too(
+        tmp_path: Path) -> None:
+    """A proc killed while the fork server was forking it is killed when it appears (it
+    lived on, with no controller, until the worker exited). A race: this run may not hit
+    it, but it must never leave a proc."""
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(RELEASED_AT_ONCE))
+    env = {**os.environ, "REGENCY_SECRET": "descendants", "PYTHONUNBUFFERED": "1"}
+    with loopback_worker(env) as (worker, address):
+        done = subprocess.run([sys.executable, str(script), address], env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and "RELEASED" in done.stdout, done.stdout + done.stderr
+        deadline = time.monotonic() + 30
+        while left := procs_of(worker.pid):  # polled: the procs end in other processes
+            assert time.monotonic() < deadline, f"procs outlived the release: {left}"
+            time.sleep(0.05)
+
+
+def procs_of(worker: int) -> list[int]:
+    """The live procs of a worker: its fork server's children."""
+    procs = []
+    for p in psutil.Process(worker).children(recursive=True):
+        try:
+            if (p.ppid() != worker and p.status() != psutil.STATUS_ZOMBIE
+                    and "regency._runtime._zygote" in " ".join(p.cmdline()[:3])):
+                procs.append(p.pid)
+        except psutil.NoSuchProcess:
+            continue
+    return procs
+
