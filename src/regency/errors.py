@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "FAILURE_KINDS",
     "ActorError",
     "AuthenticationError",
     "InternalError",
-    "FAILURE_KINDS",
     "MeshFailure",
     "MeshStoppedError",
     "RegencyError",
@@ -74,9 +74,9 @@ class ActorError(RegencyError):
 #: ``__init__`` raised, or it called ``abort()``; ``"spawn"``: its class or arguments could
 #: not be loaded in the proc, or the proc's bootstrap failed; ``"unhandled"``: it owns a mesh
 #: whose failure its ``__supervise__`` did not handle), or its process did (``"exit"``: the
-#: proc exited on its own, with whatever code;
-#: ``"signal"``: killed by a signal; ``"oom"``: killed by the kernel's OOM killer;
-#: ``"lost"``: its host or its process could not be reached any more).
+#: proc exited on its own, with whatever code; ``"signal"``: killed by a signal; ``"oom"``:
+#: killed by the kernel's OOM killer; ``"lost"``: its host or its process could not be
+#: reached any more).
 FAILURE_KINDS = ("exception", "spawn", "unhandled", "exit", "signal", "oom", "lost")
 
 

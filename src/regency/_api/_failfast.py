@@ -114,15 +114,7 @@ def fail_fast(report: str, code: int = 1) -> None:
     if _exit_code is not None:
         return
     _exit_code = code
-    try:
-        stream = _output.guard("stderr")
-        if stream is not None:
-            stream.interject(report.rstrip() + "\n")  # whole, after the script's open line
-        else:
-            sys.stderr.write(report.rstrip() + "\n")
-            sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
+    _output.interject(report)  # whole, after the script's open line
     deadline = float(config.get("fail_fast_exit_deadline"))
     timer = threading.Timer(deadline, os._exit, (code,))
     timer.daemon = True

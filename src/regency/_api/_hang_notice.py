@@ -19,7 +19,6 @@ a short-lived thread (the loop must stay free to receive them).
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 import time
 from typing import Any
@@ -97,7 +96,7 @@ class HangNotice:
             log.debug("regency: no hang notice", exc_info=True)
             return
         if not c.done():  # answered while the stacks came: nothing to tell
-            _write(text)
+            _output.interject(text)
 
 
 def notice(label: Any, waited: float) -> str:
@@ -109,16 +108,6 @@ def notice(label: Any, waited: float) -> str:
             f"answered; it goes on waiting (a notice, not an error: `get(timeout=...)` "
             f"bounds a wait, `hang_notice_after` sets when this comes)"
             f"{where_stuck(label, waited)}")
-
-
-def _write(text: str) -> None:
-    """Write ``text`` on stderr whole, between the script's own lines."""
-    stream = _output.guard("stderr")
-    if stream is not None:
-        stream.interject(text.rstrip() + "\n")
-    else:
-        sys.stderr.write(text.rstrip() + "\n")
-        sys.stderr.flush()
 
 
 def start(rt: Runtime) -> None:

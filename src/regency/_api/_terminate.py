@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 from collections.abc import Callable
 from types import FrameType
@@ -58,16 +57,6 @@ def _grace() -> float:
     return float(config.get("sigterm_grace"))
 
 
-def _say(text: str) -> None:
-    try:
-        guard = _output.guard("stderr")
-        if guard is not None:
-            guard.interject(text + "\n")  # whole, after the script's open line
-        else:
-            sys.stderr.write(text + "\n")
-            sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
 
 
 def _first() -> bool:
@@ -86,7 +75,7 @@ def _deadline(action: Callable[[], None]) -> None:
 
 
 def _exit_now() -> None:
-    _say(f"regency: SIGTERM grace period ({_grace():g} s) is over: exiting now")
+    _output.interject(f"regency: SIGTERM grace period ({_grace():g} s) is over: exiting now")
     os._exit(EXIT_CODE)
 
 
@@ -109,7 +98,7 @@ def install_in_controller() -> bool:
 
 def _on_controller_sigterm(sig: int, frame: FrameType | None) -> Any:
     if _first():
-        _say(f"regency: terminated (SIGTERM): stopping the meshes and exiting "
+        _output.interject(f"regency: terminated (SIGTERM): stopping the meshes and exiting "
              f"(within {_grace():g} s)")
         _deadline(_exit_now)
     if _failfast.defer_interrupts.depth:
@@ -129,7 +118,7 @@ def install_in_proc(schedule: Callable[[], object]) -> bool:
     def handler(sig: int, frame: FrameType | None) -> None:
         if not _first():
             return
-        _say(f"regency: this proc received SIGTERM: running __cleanup__ (within "
+        _output.interject(f"regency: this proc received SIGTERM: running __cleanup__ (within "
              f"{_grace():g} s), then ending")
         _deadline(die_by_sigterm)
         schedule()

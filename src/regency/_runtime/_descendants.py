@@ -34,7 +34,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 __all__ = ["END_ALL_S", "GRACE_S", "MARK", "Endings", "adopted", "become_subreaper", "mark_forks",
-           "marked", "new_mark", "signal_group"]
+           "marked", "new_mark", "signal_group",
+           "signal_pid"]
 
 #: The environment variable that names a proc's tree; its value is :func:`new_mark`'s.
 MARK = "REGENCY_PROC_TREE"
@@ -87,7 +88,8 @@ def signal_group(pgid: int, sig: int) -> None:
     _send(os.killpg, pgid, sig)
 
 
-def _kill(pid: int, sig: int) -> None:
+def signal_pid(pid: int, sig: int) -> None:
+    """Send ``sig`` to the process ``pid`` (gone, or not ours: nothing)."""
     _send(os.kill, pid, sig)
 
 
@@ -229,7 +231,7 @@ class Endings:
         deadline = time.monotonic() + bound
         while True:
             for pid in waiting:  # not reaped: its pid, and its group's id, are its own
-                _kill(pid, signal.SIGKILL)
+                signal_pid(pid, signal.SIGKILL)
                 if pid in procs:
                     signal_group(pid, signal.SIGKILL)
             _signal_marked(procs, signal.SIGKILL)
@@ -237,7 +239,7 @@ class Endings:
                 self._kill_left(ended, groups)
             left = adopted(me)
             for pid in left:
-                _kill(pid, signal.SIGKILL)
+                signal_pid(pid, signal.SIGKILL)
             waiting -= _reap_all()
             if (not left and not waiting) or time.monotonic() > deadline:
                 return
@@ -247,7 +249,7 @@ class Endings:
 def _signal_marked(trees: dict[int, str], sig: int) -> None:
     """Send ``sig`` to the processes with the mark of one of ``trees``."""
     for pid in marked(set(trees.values()), os.getpid()):
-        _kill(pid, sig)
+        signal_pid(pid, sig)
 
 
 def _reap_all() -> set[int]:

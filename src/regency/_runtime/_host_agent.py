@@ -45,7 +45,7 @@ from .._wire._messages import (
     StopProcs,
 )
 from . import _aggregate, _output, _proclog
-from ._descendants import END_ALL_S
+from ._descendants import END_ALL_S, signal_pid
 from ._runtime import Runtime
 
 log = logging.getLogger("regency.host")
@@ -267,7 +267,7 @@ class HostAgent:
                     rec.pid = msg[2]
                     self.by_pid[rec.pid] = rec
                     if rec.killed:  # killed while it was being forked
-                        _sigkill(rec.pid)
+                        signal_pid(rec.pid, signal.SIGKILL)
             elif msg[0] == "exited":
                 self._on_exit(msg[1], msg[2])
             elif msg[0] == "failed":
@@ -614,7 +614,7 @@ class HostAgent:
             if addrs is None or rec.addr in addrs:
                 rec.stopping = rec.killed = True
                 if rec.pid:
-                    _sigkill(rec.pid)
+                    signal_pid(rec.pid, signal.SIGKILL)
 
     def shutdown(self) -> None:
         """Kill every proc and the fork server (loop thread)."""
@@ -624,23 +624,13 @@ class HostAgent:
             self._sock.close()
             self._sock = None
         if self._zygote is not None:
-            try:  # it ends what its procs left behind first (``_descendants.END_ALL_S``)
-                self._zygote.wait(timeout=END_ALL_S + 1.0)
-            except subprocess.TimeoutExpired:
-                self._zygote.kill()
-                self._zygote.wait()
+            _reap_zygote(self._zygote)
             self._zygote = None
 
 
-def _sigkill(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
 def _reap_zygote(zygote: subprocess.Popen[bytes]) -> None:
-    """Wait for a fork server told to end (its socket closed), killing it if it lingers."""
+    """Wait for a fork server told to end (its socket closed), killing it if it lingers
+    (it ends what its procs left behind first: ``_descendants.END_ALL_S``)."""
     try:
         zygote.wait(timeout=END_ALL_S + 1.0)
     except subprocess.TimeoutExpired:

@@ -171,6 +171,21 @@ def guard(kind: str) -> LineGuard | None:
     return stream if isinstance(stream, LineGuard) else None
 
 
+def interject(text: str) -> None:
+    """Write ``text`` on stderr at once and whole, after the line the script has open (a
+    report, a notice); a closed stderr takes nothing, and nothing is raised."""
+    text = text.rstrip() + "\n"
+    try:
+        g = guard("stderr")
+        if g is not None:
+            g.interject(text)
+        else:
+            sys.stderr.write(text)
+            sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
 def write_whole(kind: str, text: str) -> bool:
     """Write ``text`` (whole lines) to ``sys.stdout`` or ``sys.stderr`` (``kind``), never
     inside a line the script is writing. Returns True when it is held back for now: call

@@ -27,7 +27,7 @@ import socket
 import sys
 from typing import Any
 
-from ._descendants import MARK, Endings, become_subreaper, new_mark
+from ._descendants import MARK, Endings, become_subreaper, new_mark, signal_pid
 from ._lifeline import set_parent_death_signal
 from ._whole_lines import flush_all
 
@@ -57,10 +57,7 @@ _endings = Endings()
 
 def _exit_all() -> None:
     for pid in list(_children):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        signal_pid(pid, signal.SIGKILL)
     try:  # what the procs started, and what was adopted here
         _endings.end_all(_trees, _children)
     finally:
