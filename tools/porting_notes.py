@@ -19,10 +19,13 @@ NOTES: dict[str, tuple[str, str]] = {
     "monarch:Future": (
         "different", "regency's actor `Future`; the tensor engine's lands with issue 13"),
     "monarch.actor:Context": (
-        "better", "the same, and `cancelled` tells an endpoint its caller cancelled the call"),
+        "better", "the same, and `cancelled` tells an endpoint its caller cancelled the "
+        "call, `time_remaining()` how long its deadline leaves it (ADR 0041)"),
     "monarch.actor:Future": (
         "better", "the same, and `cancel()`/`cancelled()` take a call back; a task "
-        "cancelled while it awaits one cancels the call (ADR 0036)"),
+        "cancelled while it awaits one cancels the call (ADR 0036); the futures of calls sent "
+        "in a `deadline(seconds)` block fail with `DeadlineExceeded` at its deadline "
+        "(ADR 0041)"),
     "monarch:Shape": (
         "better", "regency's `Shape` (labels over a `Slice`), with Monarch's members too; "
         "`select` takes Monarch's `(label, slice)` or several dimensions as keywords"),

@@ -25,6 +25,7 @@ __all__ = [
     "FAILURE_KINDS",
     "ActorError",
     "AuthenticationError",
+    "DeadlineExceeded",
     "InternalError",
     "MeshFailure",
     "MeshStoppedError",
@@ -188,6 +189,14 @@ class SupervisionError(RegencyError, RuntimeError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (SupervisionError, (str(self), self.failure, self.endpoint))
+
+
+class DeadlineExceeded(RegencyError, TimeoutError):
+    """A call was not answered within its deadline (``regency.actor.deadline``; not in
+    Monarch). Its future fails with this at the deadline, and the members that had not
+    answered stop it, as for ``Future.cancel()``: one still queued is skipped, an async
+    endpoint running it is cancelled, a sync one can look at ``context().cancelled``. A
+    ``TimeoutError``, so ``except TimeoutError`` catches it with ``get(timeout=...)``'s."""
 
 
 class MeshStoppedError(SupervisionError):

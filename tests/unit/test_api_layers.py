@@ -27,9 +27,10 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("process: the runtime of this process, the running context",
      {"_process", "_context"}),
     ("messaging: routes, endpoints and their adverbs, ports, mesh helpers, asking workers, "
-     "probes of calls that wait on each other, cancelling calls, streams of replies",
+     "probes of calls that wait on each other, cancelling calls, streams of replies, "
+     "deadlines of calls",
      {"_route", "_endpoint", "_ports", "_as_endpoint", "_mesh_state", "_leases", "_waits",
-      "_cancel", "_value_stream"}),
+      "_cancel", "_value_stream", "_deadlines"}),
     ("meshes: actor meshes, proc and host meshes, respawning ranks of elastic meshes",
      {"_actor_mesh", "_proc_mesh", "_respawn", "_sync"}),
     ("hosting: actors of this process, their spawn and stop, failures at owners, singletons",

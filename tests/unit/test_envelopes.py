@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import time
 from typing import Any
 
 import pytest
@@ -35,7 +36,8 @@ casts = st.tuples(
     st.lists(st.integers(0, 64), max_size=3).map(tuple),
     st.lists(st.integers(0, 64), max_size=3).map(tuple),
 )
-calls = st.builds(m.Call, names, names, ports, casts, names, st.integers(0, 64))
+budgets = st.just(0.0) | st.floats(min_value=1e-6, max_value=1e9)  # 0.0: no deadline
+calls = st.builds(m.Call, names, names, ports, casts, names, st.integers(0, 64), budgets)
 replies = st.builds(m.Reply, st.integers(0, 2**40), st.none() | st.integers(0, 2**20),
                     st.sampled_from([m.OK, m.ACTOR_ERROR, m.RAW_ERROR, m.SUPERVISION, m.EOS]))
 systems = st.builds(m.System, st.sampled_from(sorted(m.SYSTEM_KINDS)))
@@ -70,7 +72,7 @@ def test_every_header_kind_round_trips(header: m.Header) -> None:
 def test_the_round_trip_encoders_write_what_encode_header_writes(call: m.Call,
                                                                  reply: m.Reply) -> None:
     assert encode_call(call.mesh_uid, call.endpoint, call.port, call.cast, call.sender,
-                       call.fanout) == encode_header(call)
+                       call.fanout, call.budget) == encode_header(call)
     assert encode_reply(reply.port_id, reply.rank, reply.status) == encode_header(reply)
 
 
@@ -163,3 +165,19 @@ def test_a_header_with_the_wrong_number_of_fields_is_a_protocol_error(
         fields_: tuple[object, ...]) -> None:
     with pytest.raises(ProtocolError, match="malformed message header"):
         decode_inbound([memoryview(pickle.dumps(fields_))])
+
+
+def test_a_call_without_a_deadline_travels_without_the_field() -> None:
+    cast = (("x",), 0, (2,), (1,))
+    plain = encode_header(m.Call("mesh", "step", None, cast, "root", 0))
+    timed = encode_header(m.Call("mesh", "step", None, cast, "root", 0, 2.5))
+    assert len(plain) < len(timed)
+    assert decode_header(plain).budget == 0.0 and decode_header(plain).expires == 0.0
+
+
+def test_a_deadline_counts_from_the_decoding_where_it_arrives() -> None:
+    cast = (("x",), 0, (2,), (1,))
+    before = time.monotonic()
+    got = decode_header(encode_header(m.Call("mesh", "step", None, cast, "root", 0, 2.5)))
+    assert got.budget == 2.5
+    assert before + 2.5 <= got.expires <= time.monotonic() + 2.5

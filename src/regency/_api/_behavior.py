@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import replace
@@ -20,10 +22,11 @@ from typing import Any
 
 from .._debug import _rank as _debug
 from .._mesh import Extent, Point, Shape, Slice
+from .._ratelog import RateLimitedLog
 from .._runtime._pickling import loads
 from .._runtime._runtime import Runtime
 from .._wire import _messages as m
-from ..errors import MeshFailure, SupervisionError
+from ..errors import DeadlineExceeded, MeshFailure, SupervisionError
 from ._actor import Actor, endpoints_of, is_async_actor
 from ._context import Context, Instance, _current, set_context
 from ._endpoint import TENSOR_CALL
@@ -35,6 +38,10 @@ from ._waits import RecentPorts
 #: (resolve, resolve_async), installed by the tensor engine's broker when a call brings
 #: remote tensors: wait for their local values and put them in the arguments (ADR 0025).
 tensor_call_hooks: Any = None
+
+_monotonic = time.monotonic
+#: Broadcasts dropped at their deadline: logged, a few lines per mesh and endpoint at most.
+_dropped = RateLimitedLog(logging.getLogger("regency"))
 
 
 class MessageContext(Context):
@@ -156,6 +163,11 @@ class ActorBehavior:
             cancelled.discard(port)  # first and looks at ``current`` second, so one of
             self.current = None      # the two sees the other
             return None  # its caller cancelled it: no one waits for it any more
+        expires = ctx.expires = call.expires  # (the context is the last message's, reused)
+        if expires and _monotonic() > expires:
+            self.current = None
+            self._expired(call)
+            return None
         status = self._status
         if status is not None:  # what the host agent reports if the proc dies meanwhile
             status[:128] = self._status_names.get(name) or self._running_record(name)
@@ -223,9 +235,15 @@ class ActorBehavior:
         if cancelled is not None and port is not None and port in cancelled:
             cancelled.discard(port)
             return  # its caller cancelled it before it started
+        expires = call.expires
+        if expires and _monotonic() > expires:
+            self._expired(call)
+            return
         if self._status is not None:
             self._say_running(name)
         ctx = MessageContext(self.instance, call.cast, self.g, name)
+        if expires:
+            ctx.expires = expires
         ctx.concurrent = concurrent
         ctx.port = port
         ctx.task = asyncio.current_task()
@@ -299,6 +317,17 @@ class ActorBehavior:
             ctx.cancelled_port = port  # what ``context().cancelled`` tells a sync endpoint
             if ctx.task is not None:
                 ctx.task.cancel()
+
+    def _expired(self, call: m.Call) -> None:
+        """Drop a call whose deadline passed while it waited its turn here, and say so: to
+        its caller, or in the log for a broadcast (``_deadlines``)."""
+        late = _monotonic() - call.expires
+        text = (f"{self.instance.name}{dict(self.rank)}.{call.endpoint}() was dropped: its "
+                f"deadline ({call.budget:.3g} s) had passed {late:.3g} s before its turn")
+        if call.port is not None:
+            self.rt.send_reply(call.port, self.g, m.RAW_ERROR, DeadlineExceeded(text))
+        else:
+            _dropped.log(logging.WARNING, f"{self.uid}.{call.endpoint}", "regency: %s", text)
 
     def _prepare(self, name: str, port: Any, frame: list[memoryview]) -> tuple[Any, bool, Any, Any]:
         args, kwargs = loads(frame[1], frame[2:])

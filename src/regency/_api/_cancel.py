@@ -52,17 +52,18 @@ class CancelCall(SystemMessage):
     call_port: PortRef
 
 
-def cancel_call(call: Any) -> bool:
-    """Cancel the call of ``call`` (its collector): fail its future with ``CancelledError``
-    and tell the members that still owe an answer. False when it was done already, or is
-    not a call that can be cancelled."""
-    if not getattr(call, "cancellable", False):
+def cancel_call(call: Any, error: BaseException | None = None) -> bool:
+    """Cancel the call of ``call`` (its collector): fail its future with ``error``
+    (``CancelledError`` by default; ``DeadlineExceeded`` at a deadline) and tell the members
+    that still owe an answer. False when it was done already, or is not a call that can be
+    cancelled."""
+    if not getattr(call, "cancellable", False) or not call.pending():
         return False
-    expected = call.expected  # before the failure closes the port
-    error = CallCancelled(f"{call.label} was cancelled")
-    if not call.cancel(error):
-        return False  # answered (or failed) first
+    # The members are told first: once the future fails, a later message from any thread
+    # to them goes after the cancel. (A reply that comes meanwhile makes it a cancel sent
+    # for nothing: the member skips nothing, answered already.)
     rt = call.rt
+    expected = call.expected
     port = (call.contact, call.port_id)  # as the call carries it
     dead = rt.dead_addrs
     for rank, addr in zip(call.route.ranks, call.route.addrs):
@@ -72,7 +73,9 @@ def cancel_call(call: Any) -> bool:
             except Exception:  # the member is gone: its call is too
                 log.debug("regency: cancel of %s to %s not sent", call.label, addr,
                           exc_info=True)
-    return True
+    if error is None:
+        error = CallCancelled(f"{call.label} was cancelled")
+    return bool(call.cancel(error))  # False: answered (or failed) first
 
 
 def on_cancel(rt: Runtime, msg: CancelCall) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextvars
 import importlib
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -112,6 +113,19 @@ class Context:
 
     actor_instance: Instance
     message_rank: Point
+
+    #: When the call being handled must be answered by (``time.monotonic()``), 0.0 for no
+    #: deadline (``deadline()``); the calls the endpoint sends inherit it.
+    expires = 0.0
+
+    def time_remaining(self) -> float | None:
+        """Seconds left before the deadline of the call being handled (0.0 once past), or
+        None when it has none (``regency.actor.deadline``; not in Monarch). An endpoint that
+        works in steps can stop in time; its caller's future fails at the deadline."""
+        expires = self.expires
+        if not expires:
+            return None
+        return max(0.0, expires - time.monotonic())
 
     @property
     def cancelled(self) -> bool:

@@ -11,8 +11,10 @@ judgement (``Runtime.verdicts``); the adverb only renders a refusal as ``Supervi
 from __future__ import annotations
 
 import inspect
+import math
 import random
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
@@ -30,6 +32,8 @@ from ..errors import SupervisionError
 from . import _failfast, _future
 from ._cancel import cancel_call
 from ._context import _current
+from ._deadlines import expired_before_sent, watch
+from ._deadlines import scope as deadline_scope
 from ._future import Future
 from ._process import runtime
 from ._replies import decode, to_exception
@@ -49,6 +53,9 @@ TENSOR_CALL: Final = "__regency_tensor_call__"
 #: kwargs)`` sends a call whose arguments hold remote tensors, or returns ``NOT_TENSORS``.
 tensor_calls: Any = None
 NOT_TENSORS: Final[Any] = object()
+
+_NO_DEADLINE: Final = math.inf  # ``deadline(None)``
+_monotonic: Final = time.monotonic
 
 R = TypeVar("R")
 A = TypeVar("A")
@@ -166,7 +173,23 @@ class Endpoint(Generic[R]):
             if isinstance(reply, _Collector):
                 reply.close()
             raise
-        post_call(rt, route, mesh._uid, self._name, port, [data, *buffers])
+        budget = 0.0
+        expires = deadline_scope.get()  # ``with deadline(...)``, else the call handled's
+        if not expires:
+            ctx = _current.get(None)
+            if ctx is not None:
+                expires = ctx.expires
+        if expires and expires != _NO_DEADLINE:
+            budget = expires - _monotonic()
+            if budget <= 0.0:  # too late to send: fail it here, as its timer would
+                error = expired_before_sent(self._label)
+                if not isinstance(reply, _Collector):
+                    raise error
+                reply.lost(error)  # every slot of a stream
+                return
+            if isinstance(reply, _Collector):
+                watch(reply, expires, budget)
+        post_call(rt, route, mesh._uid, self._name, port, [data, *buffers], budget)
 
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if self._signature is None:
@@ -290,12 +313,12 @@ def _positional_range(sig: inspect.Signature | None) -> tuple[int, int] | None:
 
 
 def post_call(rt: Runtime, route: Route, uid: str, name: str, port: tuple[str, int] | None,
-              payload: list[Any]) -> None:
+              payload: list[Any], budget: float = 0.0) -> None:
     """Write one ``CALL`` frame (``payload``: the pickle and its buffers) along ``route``:
     to its members, or to the first relays of its tree. Written by this thread, in order, so
-    a later call cannot overtake it."""
+    a later call cannot overtake it. ``budget``: its deadline, in seconds from now."""
     fanout = route.tree.fanout if route.tree is not None else 0
-    header = encode_call(uid, name, port, route.cast, _sender(), fanout)  # once for all hops
+    header = encode_call(uid, name, port, route.cast, _sender(), fanout, budget)  # all hops
     frame = [header, *payload]
     lines = rt.lines
     for addr in route.current_hops(rt.dead_addrs) if rt.troubles else route.hops:
@@ -372,6 +395,10 @@ class _Collector(ReplyReader):
 
     def pending_text(self) -> str:
         return f"{self.label} on ranks {sorted(self.expected)}"
+
+    def pending(self) -> bool:
+        """Whether it still waits for replies (its port is open)."""
+        return self.ports.collectors.get(self.port_id) is self
 
     def close(self) -> None:
         ports = self.ports

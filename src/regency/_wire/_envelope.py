@@ -59,14 +59,21 @@ _system_headers: dict[str, bytes] = {}
 
 
 def encode_header(header: Header) -> bytes:
-    """The bytes of ``header`` (the first buffer of its frame)."""
+    """The bytes of ``header`` (the first buffer of its frame). A call's ``budget``, its
+    last field, is left off when it has none (0.0): most calls have no deadline."""
     tag, names = _FIELDS[type(header)]
-    return _dumps((tag, *[getattr(header, name) for name in names]), 5)
+    values = [getattr(header, name) for name in names]
+    if tag == CALL_TAG and not values[-1]:
+        values.pop()
+    return _dumps((tag, *values), 5)
 
 
 def encode_call(mesh_uid: str, endpoint: str, port: PortRef | None, cast: Cast, sender: str,
-                fanout: int) -> bytes:
-    """``encode_header(Call(mesh_uid, endpoint, port, cast, sender, fanout))``, faster."""
+                fanout: int, budget: float = 0.0) -> bytes:
+    """``encode_header(Call(mesh_uid, endpoint, port, cast, sender, fanout, budget))``,
+    faster."""
+    if budget > 0.0:
+        return _dumps((_CALL, mesh_uid, endpoint, port, cast, sender, fanout, budget), 5)
     return _dumps((_CALL, mesh_uid, endpoint, port, cast, sender, fanout), 5)
 
 
@@ -107,6 +114,8 @@ def decode_inbound(frame: list[memoryview]) -> Inbound:
         # The two headers of every round trip built directly (a native call, ADR 0031).
         if tag == _CALL and len(f) == 7:
             return (Call(f[1], f[2], f[3], f[4], f[5], f[6]), frame)
+        if tag == _CALL and len(f) == 8:  # a call with a deadline
+            return (Call(f[1], f[2], f[3], f[4], f[5], f[6], f[7]), frame)
         if tag == _REPLY and len(f) == 4:
             return (Reply(f[1], f[2], f[3]), frame)
         return (_BY_TAG[tag](*f[1:]), frame)

@@ -8,6 +8,7 @@ received, and its fields are read by compiled code on both sides of a call.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Final
 
 __all__ = [
@@ -35,6 +36,8 @@ PortRef = tuple[str, int]
 Cast = tuple[tuple[str, ...], int, tuple[int, ...], tuple[int, ...]]
 """A cast's target slice as it travels: (labels, offset, sizes, strides)."""
 
+_monotonic: Final = time.monotonic
+
 # -- Reply status --------------------------------------------------------------------------------
 OK = 0
 ACTOR_ERROR = 1  # value: (exception | None, type name, text, traceback text, endpoint label)
@@ -54,19 +57,25 @@ SYSTEM_ENDPOINT = "sys:"
 class Call:
     """A message for the actors of mesh ``mesh_uid`` (one header for every member)."""
 
-    __slots__ = ("cast", "endpoint", "fanout", "mesh_uid", "port", "sender")
-    FIELDS: Final = ("mesh_uid", "endpoint", "port", "cast", "sender", "fanout")
+    __slots__ = ("budget", "cast", "endpoint", "expires", "fanout", "mesh_uid", "port",
+                 "sender")
+    FIELDS: Final = ("mesh_uid", "endpoint", "port", "cast", "sender", "fanout", "budget")
 
     # ``cast`` is a ``Cast``, typed as any tuple: compiled, a fixed-length tuple type would be
     # unpacked into a C struct and boxed again, a new tuple, at each read from Python.
     def __init__(self, mesh_uid: str, endpoint: str, port: PortRef | None,
-                 cast: tuple[Any, ...], sender: str, fanout: int) -> None:
+                 cast: tuple[Any, ...], sender: str, fanout: int, budget: float = 0.0) -> None:
         self.mesh_uid = mesh_uid
         self.endpoint = endpoint
         self.port = port  # where the reply goes; None for a broadcast
         self.cast = cast  # the slice the message was sent to (a ``Cast``)
         self.sender = sender  # the actor id of the sender ("root" for the client)
         self.fanout = fanout  # > 0: relayed down the mesh's relay tree, with this fan-out
+        # > 0: the seconds the sender gave the call to be answered in (``deadline()``),
+        # counted here from the header's decoding, as ``expires`` (this process's
+        # ``time.monotonic()``; 0.0: no deadline). Relative on the wire: hosts' clocks differ.
+        self.budget = budget
+        self.expires = _monotonic() + budget if budget > 0.0 else 0.0
 
     @property
     def system_kind(self) -> str | None:

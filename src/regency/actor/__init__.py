@@ -38,6 +38,7 @@ from .._api._context import current_actor_name as current_actor_name
 from .._api._context import current_rank as current_rank
 from .._api._context import current_size as current_size
 from .._api._controllers import get_or_spawn_controller as get_or_spawn_controller
+from .._api._deadlines import deadline as deadline
 from .._api._endpoint import Accumulator as Accumulator
 from .._api._endpoint import Endpoint as Endpoint
 from .._api._endpoint import send as send
@@ -111,6 +112,7 @@ __all__ = [
     "current_actor_name",
     "current_rank",
     "current_size",
+    "deadline",
     "default_bootstrap_cmd",
     "enable_transport",
     "endpoint",
