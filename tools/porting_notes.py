@@ -56,8 +56,9 @@ NOTES: dict[str, tuple[str, str]] = {
     "monarch.actor:ValueMesh": (
         "better", "also subscriptable: `vm[i]`, `vm[point]`, `vm[{'gpus': 1}]`"),
     "monarch.actor:Actor": (
-        "same", "its mesh members (`slice`, `stop`, `extent`...) raise on an actor, as "
-        "Monarch's do, and say what to call instead"),
+        "better", "its mesh members (`slice`, `stop`, `extent`...) raise on an actor, as "
+        "Monarch's do, and say what to call instead; a class can bound its mailbox "
+        "(`__mailbox_limit__ = MailboxLimit(...)`, ADR 0042)"),
     "monarch.actor:Extent.region": (
         "different", "a `Shape` (labels over a strided `Slice`): the pair Monarch's `Region` is"),
     "monarch.actor:HostMesh.region": ("different", "a `Shape`, as `Extent.region`"),

@@ -27,6 +27,7 @@ __all__ = [
     "AuthenticationError",
     "DeadlineExceeded",
     "InternalError",
+    "MailboxFull",
     "MeshFailure",
     "MeshStoppedError",
     "RegencyError",
@@ -197,6 +198,11 @@ class DeadlineExceeded(RegencyError, TimeoutError):
     answered stop it, as for ``Future.cancel()``: one still queued is skipped, an async
     endpoint running it is cancelled, a sync one can look at ``context().cancelled``. A
     ``TimeoutError``, so ``except TimeoutError`` catches it with ``get(timeout=...)``'s."""
+
+
+class MailboxFull(RegencyError):
+    """The actor's mailbox was full and its ``MailboxLimit`` says ``when_full="raise"``:
+    the call was not queued (the actor lives on; not in Monarch)."""
 
 
 class MeshStoppedError(SupervisionError):

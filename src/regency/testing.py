@@ -159,7 +159,8 @@ def flow_stats() -> dict[str, Any]:
     queue, the most it ever held (``max_queued``), its ``high_water`` mark, how often a
     sender waited for room (``blocked``; ``overrun``: waits on the loop thread that gave up)
     and whether reading it is paused (``throttled``). ``mailboxes``: per actor, the bytes of
-    messages in its mailbox (``held``) and the most it held (``max_held``), with the mark.
+    messages in its mailbox (``held``) and the most it held (``max_held``), with the mark;
+    the number of messages (``count``) and the most it held (``max_count``).
     Call it from an actor to see that actor's proc.
     """
     rt = runtime()
@@ -175,5 +176,7 @@ def flow_stats() -> dict[str, Any]:
         backlog = getattr(cell, "backlog", None)
         if backlog is not None:
             boxes[uid] = {"held": backlog.added - backlog.taken, "max_held": backlog.most,
-                          "high_water": backlog.high}
+                          "high_water": backlog.high,
+                          "count": backlog.n_added - backlog.n_taken,
+                          "max_count": backlog.most_n}
     return {"connections": conns, "mailboxes": boxes}

@@ -57,6 +57,16 @@ class Timed(Actor):
             return peer.left.call_one().get(timeout=30)
 
     @endpoint
+    def late_broadcast(self, peer: Any, tag: str) -> None:
+        """Broadcast past a deadline (as an endpoint that ran past its call's does)."""
+        with deadline(0):
+            peer.record.broadcast(f"{tag} sent late")
+        _LOG.append(f"{tag} went on")
+
+    def __cleanup__(self, exc: BaseException | None) -> None:
+        _LOG.append(f"cleanup time_remaining={context().time_remaining()}")
+
+    @endpoint
     def ask_blocked(self, peer: Any, tag: str) -> str:
         """Call ``peer.block(tag)``: the deadline inherited from this call ends it."""
         try:

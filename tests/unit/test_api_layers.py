@@ -18,7 +18,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("base: records, values, replies, fail fast, SIGTERM, futures, hooks before the mailbox",
      {"_actor", "_value_mesh", "_replies", "_sealed", "_failfast", "_terminate", "_supervise",
       "_future", "_intercept", "_bootstrap_command", "_not_a_mesh", "_ids", "_mast", "_attach",
-      "_returns_future", "_incarnation",
+      "_returns_future", "_incarnation", "_mailbox",
       "_worker_addr"}),
     ("supervision: the supervisor that feeds the pure state machine",
      {"_supervisor"}),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from fractions import Fraction
 
 import pytest
 
@@ -73,15 +74,35 @@ def test_calls_fail_earliest_first_and_answered_ones_are_left_alone() -> None:
     assert answered.error is None
 
 
-def test_the_heap_drops_answered_calls_as_it_grows() -> None:
+def test_an_answered_call_leaves_nothing_of_itself_in_the_heap_and_it_shrinks() -> None:
     timer = _deadlines._Timer()
     timer.started = True  # no thread: only the heap is looked at
     far = time.monotonic() + 3600
-    calls = [FakeCall(str(n)) for n in range(5000)]
-    for n, call in enumerate(calls):
-        call.open = n % 100 == 0  # most were answered
-        timer.add(far, 3600, call)
+    for n in range(5000):
+        entry = timer.add(far, 3600, FakeCall(str(n)))
+        if n % 100:  # most are answered: the call clears its entry when it closes
+            entry[3] = None
     assert len(timer.heap) <= 2 * 1024 + 50
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(0.0499, "0.05"), (4.9999, "5"), (0.2, "0.2"),
+                                               (1234.5, "1234.5"), (0.001, "0")])
+def test_durations_read_as_a_person_wrote_them(seconds: float, text: str) -> None:
+    assert _deadlines.seconds_text(seconds) == text
+
+
+def test_a_long_list_of_ranks_is_cut() -> None:
+    assert _deadlines._ranks_text({3}) == "rank 3 was"
+    assert _deadlines._ranks_text({2, 0}) == "ranks [0, 2] were"
+    assert _deadlines._ranks_text(set(range(300))) == (
+        "ranks [0, 1, 2, 3, 4, 5, 6, 7, ...] (300 in all) were")
+
+
+def test_any_real_number_is_a_deadline_and_a_huge_one_is_refused() -> None:
+    with deadline(Fraction(1, 2)):
+        assert 0 < expiry() - time.monotonic() <= 0.5
+    with pytest.raises(ValueError, match="finite"), deadline(10**400):
+        pass
 
 
 def test_outside_any_block_and_any_call_there_is_no_deadline() -> None:

@@ -17,6 +17,7 @@ from . import _incarnation
 from ._actor import Actor, EndpointProperty, NotAnEndpoint, endpoints_of, is_async_actor
 from ._endpoint import Endpoint, post_call
 from ._future import Future, completed
+from ._mailbox import limit_of
 from ._mesh_state import countdown_port
 from ._process import runtime
 from ._route import Route, tree_for
@@ -183,6 +184,7 @@ def _check_spawnable(Class: Any) -> None:
             f"{Class!r} must subclass regency.actor.Actor to spawn it (spawn takes the class "
             "itself, then its constructor's arguments)")
     is_async_actor(Class)
+    limit_of(Class)  # a __mailbox_limit__ that is not a MailboxLimit: TypeError here
     _check_collisions(Class)
     _check_hooks(Class)
 

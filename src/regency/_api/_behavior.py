@@ -23,13 +23,16 @@ from typing import Any
 from .._debug import _rank as _debug
 from .._mesh import Extent, Point, Shape, Slice
 from .._ratelog import RateLimitedLog
+from .._runtime._cell import Limits
 from .._runtime._pickling import loads
 from .._runtime._runtime import Runtime
 from .._wire import _messages as m
-from ..errors import DeadlineExceeded, MeshFailure, SupervisionError
+from ..errors import DeadlineExceeded, MailboxFull, MeshFailure, SupervisionError
 from ._actor import Actor, endpoints_of, is_async_actor
 from ._context import Context, Instance, _current, set_context
+from ._deadlines import seconds_text
 from ._endpoint import TENSOR_CALL
+from ._mailbox import limit_of
 from ._ports import Port
 from ._proc_mesh import proc_mesh_of
 from ._sealed import seal
@@ -92,6 +95,7 @@ class ActorBehavior:
         self.owner_uid: str | None = msg.owner_uid
         self.is_async = is_async_actor(self.cls)
         self.endpoints = endpoints_of(self.cls)
+        self.mailbox_limit = limit_of(self.cls)
         self.class_name = f"{self.cls.__module__}.{self.cls.__qualname__}"
         self.instance = Instance(
             actor_id=f"{self.uid}{dict(self.rank)}", name=msg.name,
@@ -163,11 +167,13 @@ class ActorBehavior:
             cancelled.discard(port)  # first and looks at ``current`` second, so one of
             self.current = None      # the two sees the other
             return None  # its caller cancelled it: no one waits for it any more
-        expires = ctx.expires = call.expires  # (the context is the last message's, reused)
-        if expires and _monotonic() > expires:
-            self.current = None
-            self._expired(call)
-            return None
+        expires = call.expires
+        if expires:
+            if _monotonic() > expires:
+                self.current = None
+                self._expired(call)
+                return None
+            ctx.expires = expires  # cleared when it ends: hooks run in this context after
         status = self._status
         if status is not None:  # what the host agent reports if the proc dies meanwhile
             status[:128] = self._status_names.get(name) or self._running_record(name)
@@ -202,6 +208,8 @@ class ActorBehavior:
                     self._unpicklable(port, exc, name)
         finally:
             self.current = None
+            if expires:
+                ctx.expires = 0.0
             if _debug.armed:
                 _debug.call_ended()
             if self._status is not None:
@@ -288,6 +296,8 @@ class ActorBehavior:
                 self.current = None
             if ctx.cancelled:
                 _uncancel(ctx.task)
+            if expires:  # the actor's task stays in this context: its hooks run there
+                ctx.expires = 0.0
             if _debug.armed:
                 _debug.call_ended()
             if self._status is not None:
@@ -318,12 +328,33 @@ class ActorBehavior:
             if ctx.task is not None:
                 ctx.task.cancel()
 
+    def mailbox_limits(self) -> Limits | None:
+        """What the actor's cell holds at most (its class's ``__mailbox_limit__``)."""
+        limit = self.mailbox_limit
+        if limit is None:
+            return None
+        refuse = self.mailbox_full if limit.when_full == "raise" else None
+        return (limit.max_bytes or 0, limit.max_messages or 0, refuse)
+
+    def mailbox_full(self, call: m.Call, held: int) -> None:
+        """Refuse a call that came to a full mailbox (loop thread; ``when_full="raise"``)."""
+        limit = self.mailbox_limit
+        assert limit is not None
+        text = (f"{self.uid}.{call.endpoint}() was refused at rank {self.g}: the actor's "
+                f"mailbox is full ({held} calls waiting; {limit!r})")
+        if call.port is not None:
+            self.rt.send_reply(call.port, self.g, m.RAW_ERROR, MailboxFull(text))
+        else:
+            _dropped.log(logging.WARNING, f"{self.uid}.full", "regency: %s (a broadcast: "
+                         "dropped)", text)
+
     def _expired(self, call: m.Call) -> None:
         """Drop a call whose deadline passed while it waited its turn here, and say so: to
         its caller, or in the log for a broadcast (``_deadlines``)."""
         late = _monotonic() - call.expires
-        text = (f"{self.instance.name}{dict(self.rank)}.{call.endpoint}() was dropped: its "
-                f"deadline ({call.budget:.3g} s) had passed {late:.3g} s before its turn")
+        text = (f"{self.uid}.{call.endpoint}() was dropped at rank {self.g}: its deadline "
+                f"({seconds_text(call.budget)} s) had passed when its turn came "
+                f"({seconds_text(late)} s late)")
         if call.port is not None:
             self.rt.send_reply(call.port, self.g, m.RAW_ERROR, DeadlineExceeded(text))
         else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextvars
 import importlib
+import math
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -119,10 +120,15 @@ class Context:
     expires = 0.0
 
     def time_remaining(self) -> float | None:
-        """Seconds left before the deadline of the call being handled (0.0 once past), or
-        None when it has none (``regency.actor.deadline``; not in Monarch). An endpoint that
+        """Seconds left before the deadline that calls sent from here now would carry (0.0
+        once past), or None when there is none: that of the call being handled, or of the
+        ``regency.actor.deadline`` block around this code (not in Monarch). An endpoint that
         works in steps can stop in time; its caller's future fails at the deadline."""
-        expires = self.expires
+        expires = deadline_scope.get()
+        if not expires:
+            expires = self.expires
+        elif expires == math.inf:  # deadline(None)
+            return None
         if not expires:
             return None
         return max(0.0, expires - time.monotonic())
@@ -139,6 +145,13 @@ class Context:
 
 
 _current: contextvars.ContextVar[Context] = contextvars.ContextVar("regency_context")
+
+#: When the calls sent now must be answered by (``time.monotonic()``), as the ``deadline()``
+#: blocks around the code say (``_deadlines``): 0.0 where no block does (the call being
+#: handled may: its context's ``expires``), ``inf`` in ``deadline(None)``, no deadline even
+#: where the call being handled has one.
+deadline_scope: contextvars.ContextVar[float] = contextvars.ContextVar("regency_deadline",
+                                                                       default=0.0)
 
 
 def context() -> Context:

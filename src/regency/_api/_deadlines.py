@@ -24,24 +24,28 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
+import logging
 import math
+import numbers
 import os
 import threading
 import time
 from collections.abc import Iterator
-from contextvars import ContextVar
 from typing import Any
 
+from .._ratelog import RateLimitedLog
 from ..errors import DeadlineExceeded
 from ._cancel import cancel_call
-from ._context import _current
+from ._context import _current, deadline_scope
 
-__all__ = ["deadline", "expired_before_sent", "scope", "watch"]
+__all__ = ["deadline", "expired_before_sent", "not_sent", "scope", "seconds_text", "watch"]
 
-#: When the calls sent now must be answered by (``time.monotonic()``): 0.0 when the block
-#: sets none (the call being handled may: its context's ``expires``), ``inf`` for
-#: ``deadline(None)``, no deadline even where the call being handled has one.
-scope: ContextVar[float] = ContextVar("regency_deadline", default=0.0)
+#: The ``deadline()`` blocks' own (kept by ``_context``, which ``time_remaining`` reads).
+scope = deadline_scope
+
+log = logging.getLogger("regency")
+#: Broadcasts (and sends to a port of the user's) not sent: their deadline had passed.
+_not_sent = RateLimitedLog(log)
 
 
 @contextlib.contextmanager
@@ -58,23 +62,30 @@ def deadline(seconds: float | None) -> Iterator[None]:
 
     Raises:
         ValueError: ``seconds`` is negative, NaN or infinite.
+        TypeError: ``seconds`` is not a real number (or None).
     """
-    if seconds is None:
-        token = scope.set(math.inf)
-    else:
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
-            raise TypeError(f"deadline(seconds): seconds must be a number or None, not "
-                            f"{type(seconds).__name__}")
-        if not math.isfinite(seconds) or seconds < 0:
-            raise ValueError(f"deadline(seconds): seconds must be finite and >= 0, got "
-                             f"{seconds!r}")
-        expires = time.monotonic() + float(seconds)
-        outer = expiry()
-        token = scope.set(min(expires, outer) if outer else expires)
+    token = scope.set(math.inf if seconds is None else _expiry_in(seconds))
     try:
         yield
     finally:
         scope.reset(token)
+
+
+def _expiry_in(seconds: Any) -> float:
+    """When a block of ``seconds`` entered now ends, nested in the deadline in force."""
+    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real):
+        raise TypeError(f"deadline(seconds): seconds must be a number or None, not "
+                        f"{type(seconds).__name__}")
+    try:
+        value = float(seconds)
+    except OverflowError:
+        value = math.inf
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"deadline(seconds): seconds must be finite and >= 0, got "
+                         f"{seconds!r}")
+    expires = time.monotonic() + value
+    outer = expiry()
+    return min(expires, outer) if outer else expires
 
 
 def expiry() -> float:
@@ -91,9 +102,24 @@ def expired_before_sent(label: str) -> DeadlineExceeded:
     return DeadlineExceeded(f"{label} was not sent: its deadline had passed")
 
 
-def watch(call: Any, expires: float, seconds: float) -> None:
-    """Fail ``call`` (a collector) at ``expires`` unless answered by then."""
-    _timer().add(expires, seconds, call)
+def not_sent(label: str) -> None:
+    """Say that a broadcast (or a send to a port) was not sent: its deadline had passed.
+    Logged, not raised: an endpoint that runs past its call's deadline inherits it, and
+    a raise would fail the actor for a message nobody waits on."""
+    _not_sent.log(logging.WARNING, label, "regency: %s was not sent: its deadline had "
+                  "passed", label)
+
+
+def seconds_text(seconds: float) -> str:
+    """``0.05``, ``5``, ``0.2``: a duration as a person wrote it (two decimals at most)."""
+    return f"{seconds:.2f}".rstrip("0").rstrip(".") or "0"
+
+
+def watch(call: Any, expires: float, seconds: float) -> list[Any]:
+    """Fail ``call`` (a collector) at ``expires`` unless answered by then. Returns its entry
+    in the timer's heap, whose last item the call clears when it closes (so that the heap
+    does not keep an answered call's result)."""
+    return _timer().add(expires, seconds, call)
 
 
 class _Timer:
@@ -101,26 +127,28 @@ class _Timer:
 
     def __init__(self) -> None:
         self.cond = threading.Condition(threading.Lock())
-        self.heap: list[tuple[float, int, float, Any]] = []  # (expires, seq, seconds, call)
+        # [expires, seq, seconds, call]: the call cleared (None) once answered
+        self.heap: list[list[Any]] = []
         self.seq = itertools.count()
         self.started = False
         self.compact_at = 1024
 
-    def add(self, expires: float, seconds: float, call: Any) -> None:
+    def add(self, expires: float, seconds: float, call: Any) -> list[Any]:
+        entry = [expires, next(self.seq), seconds, call]
         with self.cond:
-            heap = self.heap
-            heapq.heappush(heap, (expires, next(self.seq), seconds, call))
-            if len(heap) > self.compact_at:
+            heapq.heappush(self.heap, entry)
+            if len(self.heap) > self.compact_at:
                 self._compact()
             if not self.started:
-                self.started = True
                 threading.Thread(target=self._run, name="regency-deadlines",
                                  daemon=True).start()
-            elif heap[0][3] is call:  # earlier than what the thread waits for
+                self.started = True
+            elif self.heap[0] is entry:  # earlier than what the thread waits for
                 self.cond.notify()
+        return entry
 
     def _compact(self) -> None:
-        self.heap = [e for e in self.heap if e[3].pending()]
+        self.heap = [e for e in self.heap if e[3] is not None]
         heapq.heapify(self.heap)
         self.compact_at = max(1024, 2 * len(self.heap))
 
@@ -129,9 +157,10 @@ class _Timer:
             with self.cond:
                 due = self._wait_due()
             for _, _, seconds, call in due:
-                _expire(call, seconds)
+                if call is not None:
+                    _expire(call, seconds)
 
-    def _wait_due(self) -> list[tuple[float, int, float, Any]]:
+    def _wait_due(self) -> list[list[Any]]:
         heap = self.heap
         while True:
             if not heap:
@@ -152,11 +181,21 @@ class _Timer:
 def _expire(call: Any, seconds: float) -> None:
     if not call.pending():
         return
-    ranks = sorted(call.expected)
-    who = f"rank {ranks[0]} was" if len(ranks) == 1 else f"ranks {ranks} were"
     error = DeadlineExceeded(f"{call.label} was not answered within its deadline "
-                             f"({seconds:.3g} s); {who} told to stop it")
+                             f"({seconds_text(seconds)} s); {_ranks_text(call.expected)} "
+                             "told to stop it")
     cancel_call(call, error)
+
+
+def _ranks_text(ranks: set[int]) -> str:
+    """``rank 3 was`` / ``ranks [0, 2] were`` / ``ranks [0, 1, ...] (300 in all) were``."""
+    listed = sorted(ranks)
+    if len(listed) == 1:
+        return f"rank {listed[0]} was"
+    if len(listed) <= 8:
+        return f"ranks {listed} were"
+    shown = ", ".join(map(str, listed[:8]))
+    return f"ranks [{shown}, ...] ({len(listed)} in all) were"
 
 
 _the_timer: _Timer | None = None

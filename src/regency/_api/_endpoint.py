@@ -32,7 +32,7 @@ from ..errors import SupervisionError
 from . import _failfast, _future
 from ._cancel import cancel_call
 from ._context import _current
-from ._deadlines import expired_before_sent, watch
+from ._deadlines import expired_before_sent, not_sent, watch
 from ._deadlines import scope as deadline_scope
 from ._future import Future
 from ._process import runtime
@@ -182,13 +182,13 @@ class Endpoint(Generic[R]):
         if expires and expires != _NO_DEADLINE:
             budget = expires - _monotonic()
             if budget <= 0.0:  # too late to send: fail it here, as its timer would
-                error = expired_before_sent(self._label)
-                if not isinstance(reply, _Collector):
-                    raise error
-                reply.lost(error)  # every slot of a stream
+                if isinstance(reply, _Collector):
+                    reply.lost(expired_before_sent(self._label))  # every slot of a stream
+                else:
+                    not_sent(self._label)  # logged: nobody waits on it
                 return
             if isinstance(reply, _Collector):
-                watch(reply, expires, budget)
+                reply.timer_entry = watch(reply, expires, budget)
         post_call(rt, route, mesh._uid, self._name, port, [data, *buffers], budget)
 
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -350,6 +350,7 @@ class _Collector(ReplyReader):
         self.uid = uid  # for the supervisor: which mesh and endpoint this call waits on
         self.endpoint = endpoint
         self.got: set[int] | None = None  # the ranks that replied (made by the first reply)
+        self.timer_entry: list[Any] | None = None  # in the deadline timer's heap (``watch``)
         # where its replies go, as the call says it: probes and cancels name the call so
         # (``rt.contact`` may change later: ``attach_to_workers`` adds a TCP address)
         self.contact: str = rt.contact
@@ -404,6 +405,10 @@ class _Collector(ReplyReader):
         ports = self.ports
         ports.close(self.port_id)
         ports.collectors.pop(self.port_id, None)
+        entry = self.timer_entry
+        if entry is not None:  # in the deadline timer's heap: it need not keep this call
+            self.timer_entry = None
+            entry[3] = None
 
     def value(self, rank: int | None, value: Any) -> None:
         raise NotImplementedError

@@ -112,6 +112,8 @@ class Future(Generic[R]):
             TimeoutError: ``timeout`` seconds passed; names what is still pending. The future
                 is not consumed: a later ``get()`` can still return the result.
             concurrent.futures.CancelledError: ``cancel()`` cancelled the call.
+            regency.errors.DeadlineExceeded: the call was sent in a ``deadline()`` block
+                and not answered in time (a ``TimeoutError`` too, but the call is over).
             KeyboardInterrupt: Ctrl-C while it waited; the call is cancelled, as by
                 ``cancel()``.
             ValueError: ``timeout`` is negative or not finite.

@@ -43,11 +43,12 @@ def on_spawn_actor(rt: Runtime, msg: m.SpawnActor) -> None:
     if rt.observer is not None:  # recording (regency._observe): time its calls
         rt.observer.actor_spawned(behavior)
     cell: Any
+    limits = behavior.mailbox_limits()
     if behavior.is_async:
         cell = AsyncCell(behavior.uid, behavior, rt.loop, behavior.setup_context, rt.on_loop,
-                         rt)
+                         rt, limits)
     else:
-        cell = SyncCell(behavior.uid, behavior, behavior.setup_context, rt)
+        cell = SyncCell(behavior.uid, behavior, behavior.setup_context, rt, limits)
         behavior.before_reply = cell.before_reply
     ack = msg.ack
     cell.control(lambda: behavior.init(ack))

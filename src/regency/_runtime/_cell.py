@@ -19,7 +19,8 @@ and ``__cleanup__`` after all earlier ones.
 Flow control (ADR 0012): each cell counts the bytes of the messages in its mailbox. Above
 ``mailbox_high_water_bytes`` it asks the runtime to stop reading the connection the last
 one came on (:meth:`Runtime.backlogged`); once the mailbox is down to half the mark, it lets
-the runtime read it again.
+the runtime read it again. An actor's ``MailboxLimit`` (ADR 0042) sets its own marks, in
+bytes and in messages, or has calls past them refused instead (``refuse``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from .._wire._messages import Call
 log = logging.getLogger("regency.cell")
 
 _STOP: Final = object()
+_NEVER: Final = 1 << 62  # a mark no mailbox reaches
 _TURN: Final = 64  # messages an async cell handles before it lets the loop run
 
 
@@ -47,31 +49,48 @@ def _size(frame: list[memoryview]) -> int:
 
 
 class _Backlog:
-    """The bytes of messages in a mailbox, and the connections paused because of them.
+    """The bytes and count of messages in a mailbox, the connections paused because of
+    them, and its limits (``MailboxLimit``; ``mailbox_high_water_bytes`` without one).
 
-    ``added`` changes on the loop thread only, ``taken`` on the thread that drains the
-    mailbox only, so neither needs a lock.
+    ``added``/``n_added`` change on the loop thread only, ``taken``/``n_taken`` on the
+    thread that drains the mailbox only, so neither needs a lock.
     """
 
-    __slots__ = ("added", "high", "low", "most", "paused", "posted", "rt", "taken")
+    __slots__ = ("added", "cap", "count_cap", "count_high", "count_low", "high", "low", "most",
+                 "most_n", "n_added", "n_taken", "paused", "posted", "rt", "taken")
 
-    def __init__(self, rt: Any) -> None:
+    def __init__(self, rt: Any, max_bytes: int = 0, max_messages: int = 0,
+                 refuse: bool = False) -> None:
         self.rt = rt
-        self.high = rt.mailbox_high if rt is not None else 1 << 62
+        # past these marks the connection the last message came on is paused (0: none)...
+        high = max_bytes if max_bytes > 0 and not refuse else 0
+        self.high = high or (rt.mailbox_high if rt is not None else _NEVER)
         self.low = self.high // 2
+        self.count_high = max_messages if max_messages > 0 and not refuse else _NEVER
+        self.count_low = self.count_high // 2
+        # ...and past these, ``full`` refuses a message (``when_full="raise"``)
+        self.cap = max_bytes if max_bytes > 0 and refuse else _NEVER
+        self.count_cap = max_messages if max_messages > 0 and refuse else _NEVER
         self.added = 0
         self.taken = 0
+        self.n_added = 0
+        self.n_taken = 0
         self.most = 0  # the most bytes the mailbox held (statistics)
+        self.most_n = 0  # the most messages it held
         self.paused: list[Any] = []  # connections this mailbox had the runtime pause
         self.posted = False  # a ``resume`` is on its way to the loop
 
     def add(self, frame: list[memoryview]) -> None:
         """A message went into the mailbox (loop thread)."""
         self.added += _size(frame)
+        self.n_added += 1
         held = self.added - self.taken
         if held > self.most:
             self.most = held
-        if held > self.high:
+        count = self.n_added - self.n_taken
+        if count > self.most_n:
+            self.most_n = count
+        if held > self.high or count > self.count_high:
             conn = self.rt.backlogged()
             if conn is not None:
                 self.paused.append(conn)
@@ -79,7 +98,20 @@ class _Backlog:
     def take(self, frame: list[memoryview]) -> bool:
         """A message left the mailbox; whether paused connections may be read again now."""
         self.taken += _size(frame)
-        return bool(self.paused) and not self.posted and self.added - self.taken <= self.low
+        self.n_taken += 1
+        return (bool(self.paused) and not self.posted and self.added - self.taken <= self.low
+                and self.n_added - self.n_taken <= self.count_low)
+
+    def full(self, frame: list[memoryview], more: int) -> int:
+        """For a mailbox that refuses calls past its limits: 0 if ``frame`` may go in (a
+        lone message always may), else the messages it holds (``more``: held elsewhere,
+        a sync cell's calls read here)."""
+        count = self.n_added - self.n_taken + more
+        if count <= 0:
+            return 0
+        if count >= self.count_cap or self.added - self.taken + _size(frame) > self.cap:
+            return count
+        return 0
 
     def resume(self) -> None:
         """Let the runtime read again what this mailbox had paused (loop thread)."""
@@ -87,6 +119,18 @@ class _Backlog:
         paused, self.paused = self.paused, []
         for conn in paused:
             self.rt.unthrottle(conn)
+
+
+Limits = tuple[int, int, Any]
+"""A mailbox's limits (``MailboxLimit``): (max bytes, max messages; 0 for none, the bytes
+then ``mailbox_high_water_bytes``), and ``refuse(call, held)`` for ``when_full="raise"``,
+called on the loop thread instead of queueing a call past them, or None to block."""
+
+
+def _backlog(rt: Any, limits: Limits | None) -> _Backlog:
+    if limits is None:
+        return _Backlog(rt)
+    return _Backlog(rt, limits[0], limits[1], limits[2] is not None)
 
 
 class Behavior(Protocol):
@@ -107,7 +151,7 @@ class SyncCell:
     """
 
     def __init__(self, uid: str, behavior: Behavior, context_setup: Callable[[], None],
-                 runtime: Any = None) -> None:
+                 runtime: Any = None, limits: Limits | None = None) -> None:
         self.uid = uid
         self.behavior = behavior
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -118,12 +162,19 @@ class SyncCell:
         self._paused: Any = None  # the source, paused by ``before_reply``
         self._declined = False  # the last read here found a message not for this actor
         self._waker = Waker() if runtime is not None and runtime.read_here.enabled else None
-        self.backlog = _Backlog(runtime)
+        self.backlog = _backlog(runtime, limits)
+        self._refuse = limits[2] if limits is not None else None  # when_full="raise"
         self.thread = threading.Thread(target=self._run, name=f"regency-actor-{uid}", daemon=True)
         self.thread.start()
 
     def enqueue(self, call: Call, frame: list[memoryview]) -> None:
         """Queue a message (loop thread)."""
+        refuse = self._refuse
+        if refuse is not None:
+            held = self.backlog.full(frame, len(self._mine))
+            if held:
+                refuse(call, held)
+                return
         # counted in before the actor thread can take it out: counted after, a message taken
         # at once could leave its connection throttled with nothing left to take (a hang)
         self.backlog.add(frame)
@@ -221,6 +272,9 @@ class SyncCell:
         if self._rt.cells.get(self.uid) is not self:
             self._declined = True
             return False  # stopped: its tombstone answers, on the loop
+        if self._refuse is not None and self.backlog.full(_frame, len(self._mine)):
+            self._declined = True
+            return False  # full: the loop's ``enqueue`` refuses it
         self._mine.append(inbound)
         return True
 
@@ -256,18 +310,26 @@ class AsyncCell:
         context_setup: Callable[[], None],
         on_loop: Callable[[], bool],
         runtime: Any = None,
+        limits: Limits | None = None,
     ) -> None:
         self.uid = uid
         self.behavior = behavior
         self.loop = loop
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
-        self.backlog = _Backlog(runtime)
+        self.backlog = _backlog(runtime, limits)
+        self._refuse = limits[2] if limits is not None else None  # when_full="raise"
         self._setup = context_setup
         self._on_loop = on_loop
         self.task = loop.create_task(self._run(), name=f"regency-actor-{uid}")
 
     def enqueue(self, call: Call, frame: list[memoryview]) -> None:
         """Queue a message (loop thread)."""
+        refuse = self._refuse
+        if refuse is not None:
+            held = self.backlog.full(frame, 0)
+            if held:
+                refuse(call, held)
+                return
         self._queue.put_nowait((call, frame))
         self.backlog.add(frame)
 

@@ -45,6 +45,7 @@ from .._api._endpoint import send as send
 from .._api._future import Future as Future
 from .._api._ids import ProcId as ProcId
 from .._api._ids import Uid as Uid
+from .._api._mailbox import MailboxLimit as MailboxLimit
 from .._api._ports import Channel as Channel
 from .._api._ports import Port as Port
 from .._api._ports import PortReceiver as PortReceiver
@@ -89,6 +90,7 @@ __all__ = [
     "Endpoint",
     "Extent",
     "Future",
+    "MailboxLimit",
     "HostMesh",
     "Instance",
     "MeshFailure",

@@ -1,0 +1,113 @@
+"""Actors for ``test_mailbox_limit`` (importable by procs)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+from _cancel_actors import _LOG
+
+from regency.actor import Actor, MailboxLimit, endpoint
+from regency.testing import flow_stats
+
+_GATES: dict[str, threading.Event] = {}  # per process
+
+
+def _gate(name: str) -> threading.Event:
+    return _GATES.setdefault(name, threading.Event())
+
+
+class Refusing(Actor):
+    """A sync actor whose mailbox holds 2 calls; more are refused."""
+
+    __mailbox_limit__ = MailboxLimit(max_messages=2, when_full="raise")
+
+    @endpoint
+    def block(self, tag: str) -> str:
+        _LOG.append(f"{tag} started")
+        _gate(tag).wait(60)
+        return tag
+
+    @endpoint
+    def record(self, tag: str) -> str:
+        _LOG.append(tag)
+        return tag
+
+
+class RefusingAsync(Actor):
+    """The same, async: waits on its gate without holding the loop."""
+
+    __mailbox_limit__ = MailboxLimit(max_messages=2, when_full="raise")
+
+    @endpoint
+    async def block(self, tag: str) -> str:
+        _LOG.append(f"{tag} started")
+        while not _gate(tag).is_set():
+            await asyncio.sleep(0.005)
+        return tag
+
+    @endpoint
+    async def record(self, tag: str) -> str:
+        _LOG.append(tag)
+        return tag
+
+
+class RefusingBytes(Actor):
+    """A mailbox of 1000 bytes at most: a lone large call goes in, a second is refused."""
+
+    __mailbox_limit__ = MailboxLimit(max_bytes=1000, when_full="raise")
+
+    @endpoint
+    def block(self, tag: str) -> str:
+        _LOG.append(f"{tag} started")
+        _gate(tag).wait(60)
+        return tag
+
+    @endpoint
+    def length(self, data: bytes) -> int:
+        return len(data)
+
+
+class Gates(Actor):
+    """Another actor of a proc: opens gates, reads the proc's log."""
+
+    @endpoint
+    def open(self, tag: str) -> None:
+        _gate(tag).set()
+
+    @endpoint
+    def history(self) -> list[str]:
+        return list(_LOG)
+
+
+class SlowBlocking(Actor):
+    """A slow receiver whose mailbox holds 8 calls at most: past that, its senders wait."""
+
+    __mailbox_limit__ = MailboxLimit(max_messages=8, when_full="block")
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+
+    @endpoint
+    def take(self, n: int, payload: bytes) -> None:
+        self.seen.append(n)
+        time.sleep(0.0005)  # slower than a sender that does nothing else
+
+    @endpoint
+    def stats(self) -> tuple[list[int], dict[str, Any]]:
+        return self.seen, flow_stats()
+
+
+class Sender(Actor):
+    """Broadcasts ``n`` numbered payloads to ``target`` from a sync endpoint, never waiting
+    for an answer (its thread blocks while there is no room)."""
+
+    @endpoint
+    def flood(self, target: Any, n: int, size: int) -> tuple[Any, ...]:
+        payload = b"x" * size
+        target.stats.call_one().get()  # connected: what waits for a connection is not counted
+        for i in range(n):
+            target.take.broadcast(i, payload)
+        return (flow_stats(), *target.stats.call_one().get())
