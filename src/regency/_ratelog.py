@@ -12,11 +12,13 @@ one shared key).
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
-__all__ = ["RateLimitedLog"]
+__all__ = ["RateLimitedLog", "notices"]
 
 _OVERFLOW = "\0overflow"
 
@@ -78,3 +80,36 @@ class RateLimitedLog:
         for key in [k for k, s in self._keys.items()
                     if now - s[0] >= self.interval and not s[2]]:
             del self._keys[key]
+
+
+_notices: RateLimitedLog | None = None
+
+
+class _Stderr(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a line is written (a test's capture, a
+    proc's redirected stream), not to the one there when it was made."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
+
+
+def notices() -> RateLimitedLog:
+    """Rate-limited lines on this process's stderr, whatever the logging set-up: what a
+    user must see from a proc (whose stderr reaches the controller's terminal), which the
+    ``regency`` logger, quiet unless the program configures logging, would swallow. Made on
+    first use."""
+    global _notices
+    if _notices is None:
+        logger = logging.getLogger("regency.notices")
+        if not logger.handlers:
+            handler = _Stderr()
+            handler.setFormatter(logging.Formatter("%(message)s"))
+            logger.addHandler(handler)
+            logger.propagate = False  # once, even where the program configures logging
+        _notices = RateLimitedLog(logger)
+    return _notices

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 from typing import Any
@@ -70,8 +71,30 @@ class RefusingBytes(Actor):
         return len(data)
 
 
+class _Tee:
+    """The proc's stderr, with a copy of what is written to it."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.copy: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.copy.append(text)
+        return self.stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
 class Gates(Actor):
-    """Another actor of a proc: opens gates, reads the proc's log."""
+    """Another actor of a proc: opens gates, reads the proc's log and stderr."""
+
+    @endpoint
+    def said(self) -> str:
+        """What the proc wrote on stderr since the first time this was asked."""
+        if not isinstance(sys.stderr, _Tee):
+            sys.stderr = _Tee(sys.stderr)
+        return "".join(sys.stderr.copy)
 
     @endpoint
     def open(self, tag: str) -> None:

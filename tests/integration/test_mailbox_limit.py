@@ -48,6 +48,7 @@ def test_a_full_mailbox_refuses_the_next_calls_and_runs_the_rest(
         procs: Any, gates: Any, cls: type) -> None:
     tag = f"full-{cls.__name__}"
     actor = procs.spawn(tag.lower(), cls)
+    gates.said.call_one().get(timeout=T)  # from now on the proc's stderr is kept
     running = actor.block.call_one(tag)
     until_logged(gates, f"{tag} started")  # out of the mailbox: it holds nothing now
     calls = [actor.record.call_one(f"{tag} {i}") for i in range(4)]
@@ -63,6 +64,10 @@ def test_a_full_mailbox_refuses_the_next_calls_and_runs_the_rest(
     log = until_logged(gates, f"{tag} after")
     assert [line for line in log if line.startswith(f"{tag} ")] == [
         f"{tag} started", f"{tag} 0", f"{tag} 1", f"{tag} after"]
+    # the broadcast's drop is said on the proc's stderr (before the calls after it)
+    said = gates.said.call_one().get(timeout=T)
+    assert (f"{tag.lower()}-" in said and ".record() was refused at rank 0: the actor's "
+            "mailbox is full (2 calls waiting" in said and "(a broadcast: dropped)" in said)
 
 
 def test_a_lone_call_larger_than_the_limit_goes_in_and_a_second_is_refused(

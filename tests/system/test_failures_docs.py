@@ -58,7 +58,7 @@ def test_the_page_has_its_examples() -> None:
     names = [e.name for e in EXAMPLES]
     assert len(names) == len(set(names)), names
     for wanted in ("actor-error", "fail-fast", "pending-call", "supervise-replace",
-                   "cleanup", "user-test", "timeouts-and-deadlocks"):
+                   "cleanup", "user-test", "timeouts-and-deadlocks", "hung-rank-deadline"):
         assert wanted in names, names
 
 

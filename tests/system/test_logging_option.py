@@ -35,9 +35,10 @@ def test_alike_lines_are_shown_once_with_a_count(tmp_path: Path) -> None:
     # a window longer than the whole run: everything is shown once, at exit
     run = run_script(tmp_path, TALKER % "aggregate_window_sec=60")
     assert run.returncode == 0, run.stderr
-    assert "[8 similar lines] step 1 loss 0.5" in run.stdout, run.stdout
+    assert "[8 similar lines from talkers {'procs': 0-7}] step 1 loss 0.5" in run.stdout, (
+        run.stdout)
     assert re.search(r"\[talkers \{'procs': 3\}\] rank 3 is special", run.stdout), run.stdout
-    assert "[8 similar lines] a warning" in run.stderr, run.stderr
+    assert "[8 similar lines from talkers {'procs': 0-7}] a warning" in run.stderr, run.stderr
     assert "script done" in run.stdout
 
 

@@ -49,48 +49,68 @@ def test_blocking_in_bytes_replaces_the_default_mark() -> None:
     assert rt.paused == 0
     box.add(frame(400))
     assert rt.paused == 1
-    assert box.full(frame(10_000), 0) == 0  # blocking refuses nothing
+    assert box.full(frame(10_000)) == 0  # blocking refuses nothing
 
 
 def test_refusing_at_a_count_takes_a_lone_message_and_refuses_past_the_limit() -> None:
     rt = FakeRuntime()
     box = _Backlog(rt, max_messages=2, refuse=True)
-    assert box.full(frame(100), 0) == 0
+    assert box.full(frame(100)) == 0
     box.add(frame(100))
-    assert box.full(frame(100), 0) == 0
+    assert box.full(frame(100)) == 0
     box.add(frame(100))
-    assert box.full(frame(100), 0) == 2  # two waiting: the third is refused
-    assert box.full(frame(100), -1) == 0  # (one of them taken elsewhere)
-    assert rt.paused == 0  # refusing never pauses below the default mark
+    assert box.full(frame(100)) == 2  # two waiting: the third is refused
+    assert not box.take(frame(100))
+    assert box.full(frame(100)) == 0
+
+
+def test_refusing_never_pauses_and_its_bytes_default_to_the_process_mark() -> None:
+    rt = FakeRuntime()  # mailbox_high_water_bytes: 10,000
+    box = _Backlog(rt, max_messages=100, refuse=True)
+    for _ in range(3):
+        box.add(frame(6000))  # well past the default mark in bytes: nothing pauses
+    assert rt.paused == 0
+    box = _Backlog(rt, max_messages=100, refuse=True)
+    box.add(frame(6000))
+    assert box.full(frame(6000)) == 1  # the default mark refuses, in bytes
 
 
 def test_refusing_in_bytes_takes_a_lone_large_message() -> None:
     rt = FakeRuntime()
-    box = _Backlog(rt, max_bytes=1000, refuse=True)
-    big = frame(5000)
-    assert box.full(big, 0) == 0  # alone: taken, however large
+    box = _Backlog(rt, max_bytes=50_000, refuse=True)
+    big = frame(60_000)
+    assert box.full(big) == 0  # alone: taken, however large
     box.add(big)
-    assert box.full(frame(20), 0) == 1
-    assert box.high == rt.mailbox_high  # the default mark still pauses
+    assert rt.paused == 0  # above the process's mark, but refusing never pauses
+    assert box.full(frame(20)) == 1
     box.take(big)
-    assert box.full(frame(900), 0) == 0
+    assert box.full(frame(40_000)) == 0
 
 
-def test_the_messages_a_sync_actor_read_itself_count_as_waiting() -> None:
-    box = _Backlog(FakeRuntime(), max_messages=3, refuse=True)
-    box.add(frame(100))
-    assert box.full(frame(100), 1) == 0
-    assert box.full(frame(100), 2) == 3
+def test_the_calls_a_sync_actor_read_itself_count_until_they_run() -> None:
+    box = _Backlog(FakeRuntime(), max_messages=2, max_bytes=1000, refuse=True)
+    box.read_in(frame(300))  # read by the actor's thread, not queued by the loop
+    box.read_in(frame(300))
+    assert box.full(frame(100)) == 2
+    box.take(frame(300))  # one ran
+    assert box.full(frame(100)) == 0
+    assert box.full(frame(800)) == 1  # in bytes: 300 waiting + 800 > 1000
 
 
 @pytest.mark.parametrize(("kwargs", "words"), [
     ({}, "give max_messages, max_bytes or both"),
     ({"max_messages": 0}, r"max_messages=0\): a positive int or None"),
     ({"max_bytes": -5}, r"max_bytes=-5\): a positive int or None"),
-    ({"max_messages": True}, r"max_messages=True\)"),
     ({"max_messages": 4, "when_full": "drop"}, r"when_full='drop'\): one of 'block', "
                                                 r"'raise'"),
 ])
 def test_a_bad_mailbox_limit_says_what_is_wrong(kwargs: dict[str, Any], words: str) -> None:
     with pytest.raises(ValueError, match=words):
         MailboxLimit(**kwargs)
+
+
+@pytest.mark.parametrize("bad", [True, "8", 2.5])
+def test_a_mailbox_limit_that_is_not_an_int_is_a_type_error(bad: object) -> None:
+    with pytest.raises(TypeError, match=r"a positive int or None, not"):
+        MailboxLimit(max_messages=bad)  # type: ignore[arg-type]
+

@@ -352,6 +352,7 @@ ALLOWED_IMPORTS = {
     "typing",
     "dataclasses",
     "enum",
+    "time",  # a clock, not I/O: a call's deadline is dated when its header is decoded
 }
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import logging
 import time
 import traceback
 from collections.abc import Callable
@@ -22,7 +21,7 @@ from typing import Any
 
 from .._debug import _rank as _debug
 from .._mesh import Extent, Point, Shape, Slice
-from .._ratelog import RateLimitedLog
+from .._ratelog import notices
 from .._runtime._cell import Limits
 from .._runtime._pickling import loads
 from .._runtime._runtime import Runtime
@@ -43,8 +42,6 @@ from ._waits import RecentPorts
 tensor_call_hooks: Any = None
 
 _monotonic = time.monotonic
-#: Broadcasts dropped at their deadline: logged, a few lines per mesh and endpoint at most.
-_dropped = RateLimitedLog(logging.getLogger("regency"))
 
 
 class MessageContext(Context):
@@ -341,12 +338,11 @@ class ActorBehavior:
         limit = self.mailbox_limit
         assert limit is not None
         text = (f"{self.uid}.{call.endpoint}() was refused at rank {self.g}: the actor's "
-                f"mailbox is full ({held} calls waiting; {limit!r})")
+                f"mailbox is full ({held} call{'s' if held != 1 else ''} waiting; {limit!r})")
         if call.port is not None:
             self.rt.send_reply(call.port, self.g, m.RAW_ERROR, MailboxFull(text))
         else:
-            _dropped.log(logging.WARNING, f"{self.uid}.full", "regency: %s (a broadcast: "
-                         "dropped)", text)
+            notices().warning(f"{self.uid}.full", "regency: %s (a broadcast: dropped)", text)
 
     def _expired(self, call: m.Call) -> None:
         """Drop a call whose deadline passed while it waited its turn here, and say so: to
@@ -358,7 +354,7 @@ class ActorBehavior:
         if call.port is not None:
             self.rt.send_reply(call.port, self.g, m.RAW_ERROR, DeadlineExceeded(text))
         else:
-            _dropped.log(logging.WARNING, f"{self.uid}.{call.endpoint}", "regency: %s", text)
+            notices().warning(f"{self.uid}.{call.endpoint}", "regency: %s", text)
 
     def _prepare(self, name: str, port: Any, frame: list[memoryview]) -> tuple[Any, bool, Any, Any]:
         args, kwargs = loads(frame[1], frame[2:])

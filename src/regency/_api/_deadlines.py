@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
-import logging
 import math
 import numbers
 import os
@@ -33,7 +32,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from .._ratelog import RateLimitedLog
+from .._ratelog import notices
 from ..errors import DeadlineExceeded
 from ._cancel import cancel_call
 from ._context import _current, deadline_scope
@@ -42,10 +41,6 @@ __all__ = ["deadline", "expired_before_sent", "not_sent", "scope", "seconds_text
 
 #: The ``deadline()`` blocks' own (kept by ``_context``, which ``time_remaining`` reads).
 scope = deadline_scope
-
-log = logging.getLogger("regency")
-#: Broadcasts (and sends to a port of the user's) not sent: their deadline had passed.
-_not_sent = RateLimitedLog(log)
 
 
 @contextlib.contextmanager
@@ -106,8 +101,7 @@ def not_sent(label: str) -> None:
     """Say that a broadcast (or a send to a port) was not sent: its deadline had passed.
     Logged, not raised: an endpoint that runs past its call's deadline inherits it, and
     a raise would fail the actor for a message nobody waits on."""
-    _not_sent.log(logging.WARNING, label, "regency: %s was not sent: its deadline had "
-                  "passed", label)
+    notices().warning(label, "regency: %s was not sent: its deadline had passed", label)
 
 
 def seconds_text(seconds: float) -> str:

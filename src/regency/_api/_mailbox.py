@@ -18,6 +18,7 @@ meet a full one:
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -41,9 +42,14 @@ class MailboxLimit:
     def __post_init__(self) -> None:
         for name in ("max_messages", "max_bytes"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                      or value < 1):
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise TypeError(f"MailboxLimit({name}={value!r}): a positive int or None, "
+                                f"not {type(value).__name__}")
+            if value < 1:
                 raise ValueError(f"MailboxLimit({name}={value!r}): a positive int or None")
+            object.__setattr__(self, name, int(value))  # a numpy integer, say
         if self.max_messages is None and self.max_bytes is None:
             raise ValueError("MailboxLimit: give max_messages, max_bytes or both")
         if self.when_full not in WHEN_FULL:

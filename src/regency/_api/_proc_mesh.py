@@ -291,7 +291,7 @@ class ProcMesh(MeshTrait):
         Args:
             stream_to_client: False shows none of it.
             aggregate_window_sec: hold lines this long, then show lines that several ranks
-                printed alike (numbers aside) once, as ``[N similar lines] text``.
+                printed alike (numbers aside) once, as ``[N similar lines from <procs>] text``.
             level: stdout lines count as INFO (20), stderr lines as WARNING (30); lines
                 below ``level`` are not shown.
 

@@ -8,18 +8,21 @@ Per proc mesh (by its name, the first word of each line's ``[label]``):
   level are not shown.
 * ``aggregate_window_sec``: lines are held for the window, then lines that ranks printed
   alike (the same text once numbers are set aside) are shown once, as
-  ``[16 similar lines] text`` with the first one's text, in order of first appearance; a
-  line only one rank printed is shown as usual. Display only: nothing is dropped from the
-  logs.
+  ``[16 similar lines from trainers {'gpus': 0-15}] text`` with the first one's text, in
+  order of first appearance (the procs that printed them as ranges along one dimension,
+  else counted; one label when a single proc printed them all); a line printed once is
+  shown as usual. Display only: nothing is dropped from the logs.
 """
 
 from __future__ import annotations
 
+import ast
 import logging
 import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = ["Options", "intercept", "set_options"]
 
@@ -37,10 +40,11 @@ class Options:
 
 @dataclass
 class _Window:
-    """Lines held for one window: (kind, key) -> [count, first text]."""
+    """Lines held for one window: (kind, key) -> [count, first text], and the labels (procs)
+    that printed them, in order of first appearance."""
 
     groups: dict[tuple[str, str], list[object]] = field(default_factory=dict)
-    first_label: dict[tuple[str, str], str] = field(default_factory=dict)
+    labels: dict[tuple[str, str], dict[str, None]] = field(default_factory=dict)
 
 
 _options: dict[str, Options] = {}
@@ -79,9 +83,10 @@ def intercept(label: str, kind: str, lines: list[str],
             group = window.groups.get(key)
             if group is None:
                 window.groups[key] = [1, line]
-                window.first_label[key] = label
+                window.labels[key] = {label: None}
             else:
                 group[0] = int(str(group[0])) + 1
+                window.labels[key][label] = None
     if start:
         later(options.window, lambda: _flush(mesh, write))
     return True
@@ -95,10 +100,51 @@ def _flush(mesh: str, write: Callable[[str, str, list[str]], None]) -> None:
     for key, (count, text) in window.groups.items():
         kind = key[0]
         n = int(str(count))
+        labels = list(window.labels[key])
         if n == 1:
-            write(window.first_label[key], kind, [str(text)])
+            write(labels[0], kind, [str(text)])
         else:
-            write(f"{n} similar lines", kind, [str(text)])
+            write(f"{n} similar lines from {who(labels)}", kind, [str(text)])
+
+
+def who(labels: list[str]) -> str:
+    """The procs that printed alike lines, in few words: one label as it is (``talkers
+    {'procs': 3}``: one proc printed them all); procs along one dimension as ranges
+    (``talkers {'procs': 0-5,7}``); else a count (``talkers, 12 procs``)."""
+    if len(labels) == 1:
+        return labels[0]
+    meshes: dict[str, list[tuple[str, Any]]] = {}
+    for label in labels:
+        mesh, _, coords = label.partition(" ")
+        try:
+            point = ast.literal_eval(coords) if coords else None
+        except (ValueError, SyntaxError):
+            point = None
+        meshes.setdefault(mesh, []).append((label, point))
+    return "; ".join(_procs_text(mesh, found) for mesh, found in meshes.items())
+
+
+def _procs_text(mesh: str, found: list[tuple[str, Any]]) -> str:
+    if len(found) == 1:
+        return found[0][0]
+    points = [p for _, p in found]
+    dims = {tuple(p) for p in points if isinstance(p, dict)}
+    if len(dims) == 1 and all(isinstance(p, dict) for p in points):
+        keys = next(iter(dims))
+        if len(keys) == 1 and all(isinstance(p[keys[0]], int) for p in points):
+            return f"{mesh} {{'{keys[0]}': {_ranges([p[keys[0]] for p in points])}}}"
+    return f"{mesh}, {len(points)} procs"
+
+
+def _ranges(values: list[int]) -> str:
+    """``0-5,7``: sorted values as runs."""
+    runs: list[list[int]] = []
+    for v in sorted(set(values)):
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def flush_all(write: Callable[[str, str, list[str]], None]) -> None:

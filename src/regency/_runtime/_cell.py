@@ -53,7 +53,9 @@ class _Backlog:
     them, and its limits (``MailboxLimit``; ``mailbox_high_water_bytes`` without one).
 
     ``added``/``n_added`` change on the loop thread only, ``taken``/``n_taken`` on the
-    thread that drains the mailbox only, so neither needs a lock.
+    thread that drains the mailbox only (which counts the calls a sync actor's thread reads
+    itself in by taking them back), so neither needs a lock. ``full`` reads both, from
+    either thread: two threads taking a call at once may go one over a limit.
     """
 
     __slots__ = ("added", "cap", "count_cap", "count_high", "count_low", "high", "low", "most",
@@ -62,15 +64,17 @@ class _Backlog:
     def __init__(self, rt: Any, max_bytes: int = 0, max_messages: int = 0,
                  refuse: bool = False) -> None:
         self.rt = rt
-        # past these marks the connection the last message came on is paused (0: none)...
-        high = max_bytes if max_bytes > 0 and not refuse else 0
-        self.high = high or (rt.mailbox_high if rt is not None else _NEVER)
+        default = rt.mailbox_high if rt is not None else _NEVER
+        if refuse:  # ``when_full="raise"``: ``full`` refuses past these, nothing pauses
+            self.high = self.count_high = _NEVER
+            self.cap = max_bytes if max_bytes > 0 else default
+            self.count_cap = max_messages if max_messages > 0 else _NEVER
+        else:  # past these the connection the last message came on is paused
+            self.high = max_bytes if max_bytes > 0 else default
+            self.count_high = max_messages if max_messages > 0 else _NEVER
+            self.cap = self.count_cap = _NEVER
         self.low = self.high // 2
-        self.count_high = max_messages if max_messages > 0 and not refuse else _NEVER
         self.count_low = self.count_high // 2
-        # ...and past these, ``full`` refuses a message (``when_full="raise"``)
-        self.cap = max_bytes if max_bytes > 0 and refuse else _NEVER
-        self.count_cap = max_messages if max_messages > 0 and refuse else _NEVER
         self.added = 0
         self.taken = 0
         self.n_added = 0
@@ -95,6 +99,12 @@ class _Backlog:
             if conn is not None:
                 self.paused.append(conn)
 
+    def read_in(self, frame: list[memoryview]) -> None:
+        """A message its sync actor's thread read itself went in (that thread): counted as
+        taken back, since ``take`` counts it out when it runs."""
+        self.taken -= _size(frame)
+        self.n_taken -= 1
+
     def take(self, frame: list[memoryview]) -> bool:
         """A message left the mailbox; whether paused connections may be read again now."""
         self.taken += _size(frame)
@@ -102,11 +112,10 @@ class _Backlog:
         return (bool(self.paused) and not self.posted and self.added - self.taken <= self.low
                 and self.n_added - self.n_taken <= self.count_low)
 
-    def full(self, frame: list[memoryview], more: int) -> int:
+    def full(self, frame: list[memoryview]) -> int:
         """For a mailbox that refuses calls past its limits: 0 if ``frame`` may go in (a
-        lone message always may), else the messages it holds (``more``: held elsewhere,
-        a sync cell's calls read here)."""
-        count = self.n_added - self.n_taken + more
+        lone message always may), else the messages it holds."""
+        count = self.n_added - self.n_taken
         if count <= 0:
             return 0
         if count >= self.count_cap or self.added - self.taken + _size(frame) > self.cap:
@@ -171,7 +180,7 @@ class SyncCell:
         """Queue a message (loop thread)."""
         refuse = self._refuse
         if refuse is not None:
-            held = self.backlog.full(frame, len(self._mine))
+            held = self.backlog.full(frame)
             if held:
                 refuse(call, held)
                 return
@@ -212,7 +221,10 @@ class SyncCell:
                 return self._get()
             self._read_idle(source)
         self._unpause()
-        return mine.popleft()
+        item = mine.popleft()
+        if self._refuse is not None:  # counted in by ``_take``
+            self.backlog.take(item[1])
+        return item
 
     def _get(self) -> Any:
         """The next item of the mailbox, counted out of its backlog (actor thread)."""
@@ -272,9 +284,11 @@ class SyncCell:
         if self._rt.cells.get(self.uid) is not self:
             self._declined = True
             return False  # stopped: its tombstone answers, on the loop
-        if self._refuse is not None and self.backlog.full(_frame, len(self._mine)):
-            self._declined = True
-            return False  # full: the loop's ``enqueue`` refuses it
+        if self._refuse is not None:
+            if self.backlog.full(_frame):
+                self._declined = True
+                return False  # full: the loop's ``enqueue`` refuses it
+            self.backlog.read_in(_frame)  # counted until it runs (``_next``)
         self._mine.append(inbound)
         return True
 
@@ -326,7 +340,7 @@ class AsyncCell:
         """Queue a message (loop thread)."""
         refuse = self._refuse
         if refuse is not None:
-            held = self.backlog.full(frame, 0)
+            held = self.backlog.full(frame)
             if held:
                 refuse(call, held)
                 return
