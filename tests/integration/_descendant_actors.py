@@ -3,6 +3,7 @@ leave the nets of ``_descendants`` one by one."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -81,6 +82,15 @@ class Starter(Actor):
         assert child.stdout is not None
         child.stdout.readline()
         return child.pid
+
+    @endpoint
+    def start_multiprocessing(self, daemon: bool) -> int:
+        """A ``multiprocessing`` child that sleeps (its pid): ``multiprocessing`` joins
+        it when the proc exits."""
+        child = multiprocessing.Process(target=time.sleep, args=(600,), daemon=daemon)
+        child.start()
+        self.child = child
+        return child.pid or 0
 
     @endpoint
     def pid(self) -> int:

@@ -128,6 +128,20 @@ def test_a_descendant_that_ignores_sigterm_gets_sigkill(started: list[int]) -> N
     assert gone({"stubborn": pid}) == {}
 
 
+@pytest.mark.parametrize("daemon", [False, True], ids=["child", "daemon"])
+def test_a_multiprocessing_child_does_not_hold_its_procs_stop(started: list[int],
+                                                              daemon: bool) -> None:
+    """``multiprocessing`` joins its children when the proc exits: the stop waited for the
+    proc to be killed (here 120 s; 13 s by default)."""
+    with config.configured(stop_actor_timeout=120, cleanup_timeout=120):
+        procs = this_host().spawn_procs(per_host={"gpus": 1}, name=f"mp_{daemon}")
+        starter = procs.spawn("starter", Starter)
+        pid = starter.start_multiprocessing.call_one(daemon).get(timeout=T)
+        started.append(pid)
+        procs.stop().get(timeout=T)  # (failing, the fixture's kill of the child frees it)
+    assert gone({"multiprocessing": pid}) == {}
+
+
 def test_descendants_outlive_their_proc_when_asked(started: list[int]) -> None:
     with config.configured(kill_proc_descendants=False):
         procs, pids, _ = start(started, "kept")

@@ -16,6 +16,7 @@ import mmap
 import os
 import pickle
 import sys
+import time
 import traceback
 from typing import Any
 
@@ -25,7 +26,7 @@ from .._debug import _rank as _debug_rank
 from .._debug._dumps import arm as arm_stack_dumps
 from .._mesh import Point, Shape
 from .._runtime import _current, _output_fence, _output_marks, _whole_lines
-from .._runtime._descendants import mark_forks
+from .._runtime._descendants import GRACE_S, mark_forks
 from .._runtime._host_agent import AGENT_LOST_EXIT
 from .._runtime._loop_spin import LoopSpin
 from .._runtime._runtime import Runtime
@@ -44,10 +45,37 @@ def _finalize() -> None:
     stopped actors (their ``__del__`` runs) and run the ``atexit`` handlers, while the
     connection to the host agent still carries what they print."""
     gc.collect()
+    if config.get("kill_proc_descendants"):
+        _end_multiprocessing_children()
     try:
         atexit._run_exitfuncs()
     except BaseException:  # noqa: BLE001 - a handler's error is printed, the stop goes on
         traceback.print_exc()
+
+
+def _end_multiprocessing_children(grace: float = GRACE_S) -> None:
+    """End the ``multiprocessing`` children an actor started.
+
+    ``multiprocessing``'s ``atexit`` handler joins them (after a SIGTERM for daemons):
+    the ending proc waited for one that is not a daemon, or that ignores SIGTERM, until
+    its stop timed out and it was killed (13 s, measured). They end with the proc anyway
+    (ADR 0040): SIGTERM now, SIGKILL to those still there ``grace`` s later."""
+    mp = sys.modules.get("multiprocessing")
+    if mp is None:
+        return
+    try:
+        children = mp.active_children()
+    except Exception:  # noqa: BLE001 - a forked child's multiprocessing state, say
+        return
+    for child in children:
+        child.terminate()
+    limit = time.monotonic() + grace
+    for child in children:
+        child.join(max(0.0, limit - time.monotonic()))
+    for child in children:
+        if child.is_alive():
+            child.kill()
+            child.join(1.0)
 
 
 def run_proc(spec: dict[str, Any]) -> int:

@@ -124,14 +124,39 @@ def install_in_proc(schedule: Callable[[], object]) -> bool:
         schedule()
 
     signal.signal(signal.SIGTERM, handler)
-    os.register_at_fork(after_in_child=lambda: _not_in_a_fork(handler))
+    os.register_at_fork(before=_hold_sigterm, after_in_parent=_release_sigterm,
+                        after_in_child=lambda: _not_in_a_fork(handler))
     return True
 
 
+_forking = threading.local()  # the signal mask of a thread that forks, while it forks
+
+
+def _hold_sigterm() -> None:
+    """Before a fork: block SIGTERM in the forking thread, so that one sent to the child
+    before it has its own disposition waits for it (the child inherits the mask)."""
+    _forking.mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+
+def _release_sigterm() -> None:
+    """After a fork, in the parent: the thread's mask as it was."""
+    mask = getattr(_forking, "mask", None)
+    if mask is not None:
+        _forking.mask = None
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
 def _not_in_a_fork(handler: Callable[..., object]) -> None:
-    """A child the proc forked (``multiprocessing``, say) is no proc: a SIGTERM ends it."""
+    """A child the proc forked (``multiprocessing``, say) is no proc: a SIGTERM ends it.
+
+    A SIGTERM sent to it before this ran waited, blocked (``_hold_sigterm``): caught by
+    the proc's handler, inherited, Python would have dropped it once the handler was
+    reset (its C handler only notes a signal, for a Python handler that is gone by then),
+    and the child lived on; a ``multiprocessing`` join of it then held the proc's exit
+    until its stop timed out (13 s, under load)."""
     if signal.getsignal(signal.SIGTERM) is handler:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _release_sigterm()  # a SIGTERM that waited ends it now
 
 
 # -- worker ------------------------------------------------------------------------------------
