@@ -346,7 +346,7 @@ class ActorBehavior:
 
     def _expired(self, call: m.Call) -> None:
         """Drop a call whose deadline passed while it waited its turn here, and say so: to
-        its caller, or in the log for a broadcast (``_deadlines``)."""
+        its caller, or on the proc's stderr for a broadcast (``_deadlines``)."""
         late = _monotonic() - call.expires
         text = (f"{self.uid}.{call.endpoint}() was dropped at rank {self.g}: its deadline "
                 f"({seconds_text(call.budget)} s) had passed when its turn came "

@@ -8,15 +8,17 @@ header's arrival). Then:
   and tells the members that have not answered to stop it, as ``Future.cancel()`` does
   (``_cancel``): one still queued is skipped, an async endpoint running it is cancelled;
 * on a member, a call whose deadline passed while it waited in the mailbox is dropped when
-  its turn comes, and answered with ``DeadlineExceeded`` (a broadcast is logged): the
+  its turn comes, and answered with ``DeadlineExceeded`` (a broadcast's drop is said on
+  the proc's stderr): the
   caller usually knows already, but a port of the user's (``send``) learns it only so;
 * the endpoint that runs it sees the time left (``context().time_remaining()``), and the
   calls it sends inherit the deadline: one budget for a whole chain of calls.
 
 The timer is one daemon thread per process, started by the first deadline: a heap of the
-calls waiting, ordered by deadline. A call answered in time stays in the heap until its
-deadline, as a reference to its collector; the heap drops the answered ones whenever it has
-doubled since it last did, so it holds at most about twice the calls pending.
+calls waiting, ordered by deadline. A call answered in time leaves a small entry in the
+heap until its deadline (the call clears its own reference in it when it closes); the heap
+drops the cleared entries whenever it has doubled since it last did, so it holds about
+twice the calls pending at most.
 """
 
 from __future__ import annotations
@@ -99,7 +101,7 @@ def expired_before_sent(label: str) -> DeadlineExceeded:
 
 def not_sent(label: str) -> None:
     """Say that a broadcast (or a send to a port) was not sent: its deadline had passed.
-    Logged, not raised: an endpoint that runs past its call's deadline inherits it, and
+    Said on stderr, not raised: an endpoint that runs past its call's deadline inherits it, and
     a raise would fail the actor for a message nobody waits on."""
     notices().warning(label, "regency: %s was not sent: its deadline had passed", label)
 

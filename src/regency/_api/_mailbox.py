@@ -13,7 +13,9 @@ meet a full one:
   for may come on is never paused.
 * ``when_full="raise"``: a call that would go over the limit is not queued; its caller's
   future fails at once with ``regency.errors.MailboxFull`` (the actor lives on), and a
-  broadcast is dropped and logged. A lone call is always taken, however large.
+  broadcast is dropped and said on the proc's stderr. A lone call is always taken, however
+  large; nothing pauses (without ``max_bytes``, ``mailbox_high_water_bytes`` is the limit
+  in bytes).
 """
 
 from __future__ import annotations
