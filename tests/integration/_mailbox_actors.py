@@ -4,20 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import threading
 import time
 from typing import Any
 
-from _cancel_actors import _LOG
+from _borrow_actors import _gate  # per process: shared by the actors of one proc
+from _cancel_actors import _LOG, Opener
 
 from regency.actor import Actor, MailboxLimit, endpoint
 from regency.testing import flow_stats
-
-_GATES: dict[str, threading.Event] = {}  # per process
-
-
-def _gate(name: str) -> threading.Event:
-    return _GATES.setdefault(name, threading.Event())
 
 
 class Refusing(Actor):
@@ -55,16 +49,10 @@ class RefusingAsync(Actor):
         return tag
 
 
-class RefusingBytes(Actor):
+class RefusingBytes(Refusing):
     """A mailbox of 1000 bytes at most: a lone large call goes in, a second is refused."""
 
     __mailbox_limit__ = MailboxLimit(max_bytes=1000, when_full="raise")
-
-    @endpoint
-    def block(self, tag: str) -> str:
-        _LOG.append(f"{tag} started")
-        _gate(tag).wait(60)
-        return tag
 
     @endpoint
     def length(self, data: bytes) -> int:
@@ -86,8 +74,9 @@ class _Tee:
         return getattr(self.stream, name)
 
 
-class Gates(Actor):
-    """Another actor of a proc: opens gates, reads the proc's log and stderr."""
+class Gates(Opener):
+    """Another actor of a proc: opens gates, reads the proc's log (an ``Opener``) and its
+    stderr."""
 
     @endpoint
     def said(self) -> str:
@@ -95,14 +84,6 @@ class Gates(Actor):
         if not isinstance(sys.stderr, _Tee):
             sys.stderr = _Tee(sys.stderr)
         return "".join(sys.stderr.copy)
-
-    @endpoint
-    def open(self, tag: str) -> None:
-        _gate(tag).set()
-
-    @endpoint
-    def history(self) -> list[str]:
-        return list(_LOG)
 
 
 class SlowBlocking(Actor):

@@ -99,6 +99,14 @@ class _Backlog:
             if conn is not None:
                 self.paused.append(conn)
 
+    def refused(self, call: Call, frame: list[memoryview], refuse: Any) -> bool:
+        """Whether ``frame`` goes over the limits: then ``refuse(call, held)`` answers it
+        instead of the mailbox (``when_full="raise"``; loop thread)."""
+        held = self.full(frame)
+        if held:
+            refuse(call, held)
+        return held > 0
+
     def read_in(self, frame: list[memoryview]) -> None:
         """A message its sync actor's thread read itself went in (that thread): counted as
         taken back, since ``take`` counts it out when it runs."""
@@ -178,12 +186,8 @@ class SyncCell:
 
     def enqueue(self, call: Call, frame: list[memoryview]) -> None:
         """Queue a message (loop thread)."""
-        refuse = self._refuse
-        if refuse is not None:
-            held = self.backlog.full(frame)
-            if held:
-                refuse(call, held)
-                return
+        if self._refuse is not None and self.backlog.refused(call, frame, self._refuse):
+            return
         # counted in before the actor thread can take it out: counted after, a message taken
         # at once could leave its connection throttled with nothing left to take (a hang)
         self.backlog.add(frame)
@@ -338,12 +342,8 @@ class AsyncCell:
 
     def enqueue(self, call: Call, frame: list[memoryview]) -> None:
         """Queue a message (loop thread)."""
-        refuse = self._refuse
-        if refuse is not None:
-            held = self.backlog.full(frame)
-            if held:
-                refuse(call, held)
-                return
+        if self._refuse is not None and self.backlog.refused(call, frame, self._refuse):
+            return
         self._queue.put_nowait((call, frame))
         self.backlog.add(frame)
 
