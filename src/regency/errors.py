@@ -5,6 +5,8 @@
     Exception
      └── RegencyError                      base of everything regency raises on purpose
           ├── ActorError                    an endpoint raised; carries the remote exception
+          ├── DeadlineExceeded (TimeoutError) not answered within its ``deadline()``
+          ├── MailboxFull                   the callee's mailbox was full (``MailboxLimit``)
           ├── SupervisionError (RuntimeError) the callee died, failed or was stopped
           ├── MeshStoppedError              the mesh was stopped; it cannot be used again
           ├── TransportError                a connection could not be made or was lost

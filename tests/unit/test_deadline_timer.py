@@ -86,7 +86,8 @@ def test_an_answered_call_leaves_nothing_of_itself_in_the_heap_and_it_shrinks() 
 
 
 @pytest.mark.parametrize(("seconds", "text"), [(0.0499, "0.05"), (4.9999, "5"), (0.2, "0.2"),
-                                               (1234.5, "1234.5"), (0.001, "0")])
+                                               (1234.5, "1234.5"), (0.001, "0.01"),
+                                               (0.0, "0"), (0.995, "1"), (0.31, "0.31")])
 def test_durations_read_as_a_person_wrote_them(seconds: float, text: str) -> None:
     assert _deadlines.seconds_text(seconds) == text
 

@@ -107,8 +107,11 @@ def not_sent(label: str) -> None:
 
 
 def seconds_text(seconds: float) -> str:
-    """``0.05``, ``5``, ``0.2``: a duration as a person wrote it (two decimals at most)."""
-    return f"{seconds:.2f}".rstrip("0").rstrip(".") or "0"
+    """``0.05``, ``5``, ``0.2``: a duration as a person wrote it, two decimals at most,
+    rounded up: a deadline's seconds left when its call was sent, a few microseconds
+    after ``deadline(5)`` was entered, read ``5``."""
+    hundredths = math.ceil(round(seconds * 100, 6))
+    return f"{hundredths / 100:.2f}".rstrip("0").rstrip(".") or "0"
 
 
 def watch(call: Any, expires: float, seconds: float) -> list[Any]:

@@ -185,7 +185,7 @@ class Endpoint(Generic[R]):
                 if isinstance(reply, _Collector):
                     reply.lost(expired_before_sent(self._label))  # every slot of a stream
                 else:
-                    not_sent(self._label)  # logged: nobody waits on it
+                    not_sent(self._label)  # said on stderr: nobody waits on it
                 return
             if isinstance(reply, _Collector):
                 reply.timer_entry = watch(reply, expires, budget)
