@@ -82,9 +82,6 @@ class RateLimitedLog:
             del self._keys[key]
 
 
-_notices: RateLimitedLog | None = None
-
-
 class _Stderr(logging.StreamHandler):
     """Writes to whatever ``sys.stderr`` is when a line is written (a test's capture, a
     proc's redirected stream), not to the one there when it was made."""
@@ -98,18 +95,17 @@ class _Stderr(logging.StreamHandler):
         pass
 
 
-def notices() -> RateLimitedLog:
-    """Rate-limited lines on this process's stderr, whatever the logging set-up: what a
-    user must see from a proc (whose stderr reaches the controller's terminal), which the
-    ``regency`` logger, quiet unless the program configures logging, would swallow. Made on
-    first use."""
-    global _notices
-    if _notices is None:
-        logger = logging.getLogger("regency.notices")
-        if not logger.handlers:
-            handler = _Stderr()
-            handler.setFormatter(logging.Formatter("%(message)s"))
-            logger.addHandler(handler)
-            logger.propagate = False  # once, even where the program configures logging
-        _notices = RateLimitedLog(logger)
-    return _notices
+def _on_stderr(name: str) -> logging.Logger:
+    logger = logging.getLogger(name)
+    if not logger.handlers:
+        handler = _Stderr()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+        logger.propagate = False  # once, even where the program configures logging
+    return logger
+
+
+#: Rate-limited lines on this process's stderr, whatever the logging set-up: what a user
+#: must see from a proc (whose stderr reaches the controller's terminal), which the
+#: ``regency`` logger, quiet unless the program configures logging, would swallow.
+notices = RateLimitedLog(_on_stderr("regency.notices"))

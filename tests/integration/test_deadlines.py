@@ -178,7 +178,7 @@ def test_calls_an_endpoint_sends_inherit_its_deadline(timed: Any, peer: Any) -> 
 
 def test_a_chain_of_calls_shares_one_deadline(timed: Any, peer: Any, opener: Any,
                                               peer_opener: Any) -> None:
-    with deadline(0.5):
+    with deadline(2.0):  # ask_blocked starts well within it: then its nested call expires
         fut = timed.ask_blocked.call_one(peer, "e1")
     with pytest.raises(DeadlineExceeded):
         fut.get(timeout=T)

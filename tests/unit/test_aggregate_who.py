@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from regency._runtime import _aggregate
-from regency._runtime._aggregate import _ranges, who
+from regency._runtime._aggregate import ranges, who
 
 
 @pytest.mark.parametrize(("labels", "text"), [
@@ -27,7 +27,7 @@ def test_the_procs_that_printed_read_in_few_words(labels: list[str], text: str) 
 @given(st.sets(st.integers(0, 200), min_size=1))
 def test_ranges_name_every_value_and_no_other(values: set[int]) -> None:
     named: set[int] = set()
-    for run in _ranges(list(values)).split(","):
+    for run in ranges(values).split(","):
         low, _, high = run.partition("-")
         named.update(range(int(low), int(high or low) + 1))
     assert named == values

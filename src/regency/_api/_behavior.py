@@ -342,7 +342,7 @@ class ActorBehavior:
         if call.port is not None:
             self.rt.send_reply(call.port, self.g, m.RAW_ERROR, MailboxFull(text))
         else:
-            notices().warning(f"{self.uid}.full", "regency: %s (a broadcast: dropped)", text)
+            notices.warning(f"{self.uid}.full", "regency: %s (a broadcast: dropped)", text)
 
     def _expired(self, call: m.Call) -> None:
         """Drop a call whose deadline passed while it waited its turn here, and say so: to
@@ -354,7 +354,7 @@ class ActorBehavior:
         if call.port is not None:
             self.rt.send_reply(call.port, self.g, m.RAW_ERROR, DeadlineExceeded(text))
         else:
-            notices().warning(f"{self.uid}.{call.endpoint}", "regency: %s", text)
+            notices.warning(f"{self.uid}.{call.endpoint}", "regency: %s", text)
 
     def _prepare(self, name: str, port: Any, frame: list[memoryview]) -> tuple[Any, bool, Any, Any]:
         args, kwargs = loads(frame[1], frame[2:])

@@ -124,14 +124,8 @@ class Context:
         once past), or None when there is none: that of the call being handled, or of the
         ``regency.actor.deadline`` block around this code (not in Monarch). An endpoint that
         works in steps can stop in time; its caller's future fails at the deadline."""
-        expires = deadline_scope.get()
-        if not expires:
-            expires = self.expires
-        elif expires == math.inf:  # deadline(None)
-            return None
-        if not expires:
-            return None
-        return max(0.0, expires - time.monotonic())
+        expires = expiry_for(self)
+        return max(0.0, expires - time.monotonic()) if expires else None
 
     @property
     def cancelled(self) -> bool:
@@ -152,6 +146,16 @@ _current: contextvars.ContextVar[Context] = contextvars.ContextVar("regency_cont
 #: where the call being handled has one.
 deadline_scope: contextvars.ContextVar[float] = contextvars.ContextVar("regency_deadline",
                                                                        default=0.0)
+
+
+def expiry_for(ctx: Context | None) -> float:
+    """When the calls sent now from ``ctx`` must be answered by (``time.monotonic()``), or
+    0.0 for no deadline: the ``deadline()`` blocks around the code, else the call ``ctx``
+    handles. (``Endpoint._send`` inlines it: the hot path.)"""
+    scoped = deadline_scope.get()
+    if scoped:
+        return 0.0 if scoped == math.inf else scoped
+    return ctx.expires if ctx is not None else 0.0
 
 
 def context() -> Context:

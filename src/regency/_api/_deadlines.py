@@ -37,7 +37,7 @@ from typing import Any
 from .._ratelog import notices
 from ..errors import DeadlineExceeded
 from ._cancel import cancel_call
-from ._context import _current, deadline_scope
+from ._context import _current, deadline_scope, expiry_for
 
 __all__ = ["deadline", "expired_before_sent", "not_sent", "scope", "seconds_text", "watch"]
 
@@ -87,11 +87,7 @@ def _expiry_in(seconds: Any) -> float:
 
 def expiry() -> float:
     """When the calls sent now must be answered by (``time.monotonic()``), or 0.0."""
-    scoped = scope.get()
-    if scoped:
-        return 0.0 if scoped == math.inf else scoped
-    ctx = _current.get(None)
-    return ctx.expires if ctx is not None else 0.0
+    return expiry_for(_current.get(None))
 
 
 def expired_before_sent(label: str) -> DeadlineExceeded:
@@ -103,7 +99,7 @@ def not_sent(label: str) -> None:
     """Say that a broadcast (or a send to a port) was not sent: its deadline had passed.
     Said on stderr, not raised: an endpoint that runs past its call's deadline inherits it, and
     a raise would fail the actor for a message nobody waits on."""
-    notices().warning(label, "regency: %s was not sent: its deadline had passed", label)
+    notices.warning(label, "regency: %s was not sent: its deadline had passed", label)
 
 
 def seconds_text(seconds: float) -> str:
@@ -166,14 +162,13 @@ class _Timer:
                 self.cond.wait()
                 heap = self.heap
                 continue
-            left = heap[0][0] - time.monotonic()
-            if left <= 0:
+            now = time.monotonic()
+            if heap[0][0] <= now:
                 due = []
-                now = time.monotonic()
                 while heap and heap[0][0] <= now:
                     due.append(heapq.heappop(heap))
                 return due
-            self.cond.wait(left)
+            self.cond.wait(heap[0][0] - now)
             heap = self.heap
 
 

@@ -174,7 +174,7 @@ class Endpoint(Generic[R]):
                 reply.close()
             raise
         budget = 0.0
-        expires = deadline_scope.get()  # ``with deadline(...)``, else the call handled's
+        expires = deadline_scope.get()  # ``_context.expiry_for``, inlined (the hot path)
         if not expires:
             ctx = _current.get(None)
             if ctx is not None:

@@ -16,6 +16,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .._runtime._aggregate import ranges
 from .._runtime._pickling import loads
 from .._wire._messages import OK, Reply
 from ._dumps import dump_pids, forget
@@ -101,18 +102,7 @@ def _members(members: tuple[tuple[str, int], ...]) -> str:
     by_mesh: dict[str, list[int]] = {}
     for mesh, rank in members:
         by_mesh.setdefault(mesh, []).append(rank)
-    return "; ".join(f"{mesh} ranks {_ranges(sorted(set(r)))}" for mesh, r in by_mesh.items())
-
-
-def _ranges(ranks: list[int]) -> str:
-    parts, i = [], 0
-    while i < len(ranks):
-        j = i
-        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
-            j += 1
-        parts.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
-        i = j + 1
-    return ",".join(parts)
+    return "; ".join(f"{mesh} ranks {ranges(r)}" for mesh, r in by_mesh.items())
 
 
 def parse_dump(mesh: str, rank: int, text: str) -> list[ThreadStack]:

@@ -20,11 +20,11 @@ import ast
 import logging
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Options", "intercept", "set_options"]
+__all__ = ["Options", "intercept", "ranges", "set_options", "who"]
 
 _NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 
@@ -132,12 +132,12 @@ def _procs_text(mesh: str, found: list[tuple[str, Any]]) -> str:
     if len(dims) == 1 and all(isinstance(p, dict) for p in points):
         keys = next(iter(dims))
         if len(keys) == 1 and all(isinstance(p[keys[0]], int) for p in points):
-            return f"{mesh} {{'{keys[0]}': {_ranges([p[keys[0]] for p in points])}}}"
+            return f"{mesh} {{'{keys[0]}': {ranges(p[keys[0]] for p in points)}}}"
     return f"{mesh}, {len(points)} procs"
 
 
-def _ranges(values: list[int]) -> str:
-    """``0-5,7``: sorted values as runs."""
+def ranges(values: Iterable[int]) -> str:
+    """``0-5,7``: the values, sorted, as runs (ranks, coordinates)."""
     runs: list[list[int]] = []
     for v in sorted(set(values)):
         if runs and v == runs[-1][1] + 1:

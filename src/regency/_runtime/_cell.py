@@ -59,13 +59,14 @@ class _Backlog:
     """
 
     __slots__ = ("added", "cap", "count_cap", "count_high", "count_low", "high", "low", "most",
-                 "most_n", "n_added", "n_taken", "paused", "posted", "rt", "taken")
+                 "most_n", "n_added", "n_taken", "paused", "posted", "refuse", "rt", "taken")
 
     def __init__(self, rt: Any, max_bytes: int = 0, max_messages: int = 0,
-                 refuse: bool = False) -> None:
+                 refuse: Any = None) -> None:
         self.rt = rt
+        self.refuse = refuse  # ``when_full="raise"``: ``refuse(call, held)``, else None
         default = rt.mailbox_high if rt is not None else _NEVER
-        if refuse:  # ``when_full="raise"``: ``full`` refuses past these, nothing pauses
+        if refuse is not None:  # ``full`` refuses past these, nothing pauses
             self.high = self.count_high = _NEVER
             self.cap = max_bytes if max_bytes > 0 else default
             self.count_cap = max_messages if max_messages > 0 else _NEVER
@@ -99,12 +100,12 @@ class _Backlog:
             if conn is not None:
                 self.paused.append(conn)
 
-    def refused(self, call: Call, frame: list[memoryview], refuse: Any) -> bool:
+    def refused(self, call: Call, frame: list[memoryview]) -> bool:
         """Whether ``frame`` goes over the limits: then ``refuse(call, held)`` answers it
         instead of the mailbox (``when_full="raise"``; loop thread)."""
         held = self.full(frame)
         if held:
-            refuse(call, held)
+            self.refuse(call, held)
         return held > 0
 
     def read_in(self, frame: list[memoryview]) -> None:
@@ -147,7 +148,7 @@ called on the loop thread instead of queueing a call past them, or None to block
 def _backlog(rt: Any, limits: Limits | None) -> _Backlog:
     if limits is None:
         return _Backlog(rt)
-    return _Backlog(rt, limits[0], limits[1], limits[2] is not None)
+    return _Backlog(rt, limits[0], limits[1], limits[2])
 
 
 class Behavior(Protocol):
@@ -180,17 +181,17 @@ class SyncCell:
         self._declined = False  # the last read here found a message not for this actor
         self._waker = Waker() if runtime is not None and runtime.read_here.enabled else None
         self.backlog = _backlog(runtime, limits)
-        self._refuse = limits[2] if limits is not None else None  # when_full="raise"
         self.thread = threading.Thread(target=self._run, name=f"regency-actor-{uid}", daemon=True)
         self.thread.start()
 
     def enqueue(self, call: Call, frame: list[memoryview]) -> None:
         """Queue a message (loop thread)."""
-        if self._refuse is not None and self.backlog.refused(call, frame, self._refuse):
+        backlog = self.backlog
+        if backlog.refuse is not None and backlog.refused(call, frame):
             return
         # counted in before the actor thread can take it out: counted after, a message taken
         # at once could leave its connection throttled with nothing left to take (a hang)
-        self.backlog.add(frame)
+        backlog.add(frame)
         self._queue.put((call, frame))
         waker = self._waker
         if waker is not None:
@@ -226,8 +227,9 @@ class SyncCell:
             self._read_idle(source)
         self._unpause()
         item = mine.popleft()
-        if self._refuse is not None:  # counted in by ``_take``
-            self.backlog.take(item[1])
+        backlog = self.backlog
+        if backlog.refuse is not None:  # counted in by ``_take``
+            backlog.take(item[1])
         return item
 
     def _get(self) -> Any:
@@ -288,11 +290,12 @@ class SyncCell:
         if self._rt.cells.get(self.uid) is not self:
             self._declined = True
             return False  # stopped: its tombstone answers, on the loop
-        if self._refuse is not None:
-            if self.backlog.full(_frame):
+        backlog = self.backlog
+        if backlog.refuse is not None:
+            if backlog.full(_frame):
                 self._declined = True
                 return False  # full: the loop's ``enqueue`` refuses it
-            self.backlog.read_in(_frame)  # counted until it runs (``_next``)
+            backlog.read_in(_frame)  # counted until it runs (``_next``)
         self._mine.append(inbound)
         return True
 
@@ -335,17 +338,17 @@ class AsyncCell:
         self.loop = loop
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self.backlog = _backlog(runtime, limits)
-        self._refuse = limits[2] if limits is not None else None  # when_full="raise"
         self._setup = context_setup
         self._on_loop = on_loop
         self.task = loop.create_task(self._run(), name=f"regency-actor-{uid}")
 
     def enqueue(self, call: Call, frame: list[memoryview]) -> None:
         """Queue a message (loop thread)."""
-        if self._refuse is not None and self.backlog.refused(call, frame, self._refuse):
+        backlog = self.backlog
+        if backlog.refuse is not None and backlog.refused(call, frame):
             return
         self._queue.put_nowait((call, frame))
-        self.backlog.add(frame)
+        backlog.add(frame)
 
     def control(self, fn: Callable[[], Any]) -> None:
         """Queue ``fn()`` (may return an awaitable) after earlier messages; any thread."""
