@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from ._dataplane import (
     TRANSPORTS,
+    Block,
     BufferDroppedError,
     BufferOwner,
     PeerInfo,
@@ -33,10 +34,13 @@ from ._dataplane import (
     RDMAReadTransferWarning,
     RDMATcpFallbackWarning,
     RDMAWriteTransferWarning,
+    ShardVersionError,
+    TensorShard,
     TransportChoice,
     describe_transport,
     get_rdma_backend,
     peer_info,
+    reshard_into,
 )
 
 
@@ -54,6 +58,7 @@ def is_ibverbs_available() -> bool:
 
 __all__ = [
     "TRANSPORTS",
+    "Block",
     "BufferDroppedError",
     "BufferOwner",
     "PeerInfo",
@@ -63,10 +68,13 @@ __all__ = [
     "RDMAReadTransferWarning",
     "RDMATcpFallbackWarning",
     "RDMAWriteTransferWarning",
+    "ShardVersionError",
+    "TensorShard",
     "TransportChoice",
     "describe_transport",
     "get_rdma_backend",
     "is_ibverbs_available",
     "is_rdma_available",
     "peer_info",
+    "reshard_into",
 ]

@@ -96,3 +96,46 @@ class CudaPeer(Actor):
     @endpoint
     def pid(self) -> int:
         return os.getpid()
+
+
+class ShardHolder(Actor):
+    """Holds rows ``rank of 4`` of a ``(64, 96)`` float32 ramp on ``device`` as a TensorShard
+    (regency.rdma.reshard_into's source), and reads its own column block of it."""
+
+    SHAPE = (64, 96)
+
+    def __init__(self, device: str) -> None:
+        import torch
+
+        from regency.actor import current_rank
+        from regency.rdma import Block, TensorShard
+
+        self.torch = torch
+        rank = current_rank()
+        self.block = Block.whole(self.SHAPE).split(0, rank.rank, rank.size("gpus"))
+        full = torch.arange(64 * 96, dtype=torch.float32).reshape(self.SHAPE)
+        self.data = full[self.block.slices].contiguous().to(device)
+        self.shard = TensorShard(self.data, self.block, self.SHAPE)
+
+    @endpoint
+    def publish(self) -> Any:
+        return self.shard
+
+    @endpoint
+    def bump(self) -> int:
+        with self.shard.updating():
+            self.data += 1000  # queued on the GPU: updating() waits for it before publishing
+        return self.shard.version
+
+    @endpoint
+    def pull(self, shards: Any, index: int, parts: int, device: str) -> tuple[int, float]:
+        """Columns ``index of parts``; returns the version and the largest error."""
+        from regency.rdma import Block, reshard_into
+
+        block = Block.whole(self.SHAPE).split(1, index, parts)
+        torch = self.torch
+        full = torch.arange(64 * 96, dtype=torch.float32).reshape(self.SHAPE)
+        dst = torch.zeros(block.shape, dtype=torch.float32, device=device)
+        version = reshard_into(shards, dst, block).get(timeout=60)
+        want = full[block.slices] + 1000 * version
+        return version, float((dst.cpu() - want).abs().max().item())

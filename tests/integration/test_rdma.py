@@ -96,6 +96,36 @@ def test_partial_write_and_larger_destination(a) -> None:
     a.forget.call_one(name).get(timeout=T)
 
 
+@pytest.mark.parametrize("transport", [*ALL, "local"])
+@pytest.mark.parametrize("size", [1000, 3 * MiB], ids=["1000B", "3MiB"])
+def test_a_slice_of_a_buffer_moves_only_its_bytes(a, transport, size) -> None:
+    if transport == "local":
+        data = pattern(size, 41)
+        name, buf = None, RDMABuffer(data)
+    else:
+        name, buf = make(a, "numpy", size, seed=41)
+    lo, hi = size // 3, size // 3 + size // 4
+    part = buf[lo:hi]
+    assert part.size() == hi - lo and f"[{lo}:{hi}]" in repr(part)
+    got = np.zeros(hi - lo, dtype=np.uint8)
+    part.read_into(got, transport=transport).get(timeout=T)
+    assert digest(got) == digest(pattern(size, 41)[lo:hi])
+    part[10:20].write_from(np.full(10, 7, dtype=np.uint8), transport=transport).get(timeout=T)
+    expected = pattern(size, 41)
+    expected[lo + 10:lo + 20] = 7
+    now = np.zeros(size, dtype=np.uint8)
+    buf.read_into(now, transport=transport).get(timeout=T)
+    assert digest(now) == digest(expected)
+    assert pickle.loads(pickle.dumps(part)).size() == hi - lo
+    assert buf[hi:lo].size() == 0 and buf[-10:].size() == 10
+    with pytest.raises(ValueError, match="step 1"):
+        buf[::2]
+    with pytest.raises(TypeError, match=r"buf\[start:stop\]"):
+        buf[3]
+    if name is not None:
+        a.forget.call_one(name).get(timeout=T)
+
+
 @pytest.mark.parametrize("transport", [None, "tcp"])
 def test_handle_passed_between_actors(a, b, transport) -> None:
     """Actor A owns, actor B reads and writes, the controller only passes the handle."""

@@ -21,6 +21,7 @@ identity (:mod:`._identity`), and reported by ``transport_for`` and by ``regency
 
 from __future__ import annotations
 
+from ._blocks import Block
 from ._buffer import BufferOwner, RDMAAction, RDMABuffer
 from ._choice import TRANSPORTS, TransportChoice
 from ._errors import (
@@ -32,9 +33,12 @@ from ._errors import (
 )
 from ._identity import PeerInfo, peer_info
 from ._report import describe_transport, doctor_report, get_rdma_backend
+from ._reshard import reshard_into
+from ._shards import ShardVersionError, TensorShard
 
 __all__ = [
     "TRANSPORTS",
+    "Block",
     "BufferDroppedError",
     "BufferOwner",
     "PeerInfo",
@@ -44,9 +48,12 @@ __all__ = [
     "RDMAReadTransferWarning",
     "RDMATcpFallbackWarning",
     "RDMAWriteTransferWarning",
+    "ShardVersionError",
+    "TensorShard",
     "TransportChoice",
     "describe_transport",
     "doctor_report",
     "get_rdma_backend",
     "peer_info",
+    "reshard_into",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 from .._api._bootstrap import runtime
@@ -102,9 +103,33 @@ class RDMABuffer:
         return choose(reader, d.owner, has_unix=d.unix is not None,
                       forced=os.environ.get("REGENCY_RDMA_TRANSPORT") or None)
 
+    def __getitem__(self, index: slice) -> RDMABuffer:
+        """A handle to bytes ``[start:stop]`` of this buffer (a regency extension).
+
+        Transfers through it move only those bytes (``read_into`` fills the first
+        ``stop - start`` bytes of its destination); it pickles like any handle. ``drop()``
+        through either releases the whole registration.
+
+        Raises:
+            TypeError: ``index`` is not a slice.
+            ValueError: its step is not 1.
+        """
+        if not isinstance(index, slice):
+            raise TypeError(f"an RDMABuffer is sliced by bytes, buf[start:stop]; got "
+                            f"{type(index).__name__}")
+        d = self._desc
+        start, stop, step = index.indices(d.size)
+        if step != 1:
+            raise ValueError(f"an RDMABuffer slice must be contiguous (step 1), got {step}")
+        stop = max(start, stop)
+        return RDMABuffer._rebuild(replace(
+            d, address=d.address + start, size=stop - start, offset=d.offset + start,
+            ipc_offset=d.ipc_offset + start, part=True))
+
     def __repr__(self) -> str:
         d = self._desc
-        return (f"<RDMABuffer {d.reg_id}: {d.size} bytes ({d.kind} {d.dtype}"
+        part = f" [{d.offset}:{d.offset + d.size}]" if d.part else ""
+        return (f"<RDMABuffer {d.reg_id}{part}: {d.size} bytes ({d.kind} {d.dtype}"
                 f"{', read-only' if d.readonly else ''}) owned by pid {d.owner.pid} on "
                 f"{d.owner.hostname}>")
 

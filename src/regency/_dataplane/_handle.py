@@ -37,6 +37,8 @@ class Descriptor:
     ipc: bytes | None = None  # CUDA IPC handle of the allocation holding the memory
     ipc_offset: int = 0  # where the memory starts in that allocation
     ipc_error: str = ""  # why there is no IPC handle, for device memory without one
+    offset: int = 0  # where ``address`` is in the registration (a handle to part of it)
+    part: bool = False  # whether this is a handle to part of the registration
 
     @property
     def on_device(self) -> bool:

@@ -48,7 +48,10 @@ from ._identity import peer_info
 from ._memory import Region
 from ._registry import peek
 
-__all__ = ["INLINE_BYTES", "READ", "WRITE", "current_choice", "start"]
+__all__ = ["INLINE_BYTES", "READ", "WRITE", "current_choice", "read_pieces", "start"]
+
+#: ``(offset in the remote buffer, offset in local memory, length)``, in bytes.
+Piece = tuple[int, int, int]
 
 READ, WRITE = p.READ, p.WRITE
 
@@ -57,6 +60,7 @@ READ, WRITE = p.READ, p.WRITE
 after_device_copy: Callable[[], None] | None = None
 INLINE_BYTES = 1 << 20
 _MIN_PIECE = 32 << 20  # split vm/socket transfers into pieces no smaller than this
+_IOV_MAX = 1024  # iovecs one process_vm_readv takes (Linux's UIO_MAXIOV)
 
 
 def _env_int(name: str, default: int) -> int:
@@ -179,6 +183,30 @@ def run_now(op: int, desc: Descriptor, local: Region, *, timeout: float, secret:
     done.outcome()
 
 
+def read_pieces(desc: Descriptor, local: Region, pieces: list[Piece], *, timeout: float,
+                secret: bytes, dead: Callable[[], str | None]) -> None:
+    """Read many ranges of one buffer into host memory ``local``, on this thread, to the end.
+
+    Where the owner is this process or on this host, the ranges go in a few system calls
+    (``process_vm_readv`` takes up to 1,022 ranges and the validity slot twice); over a
+    socket, one request each. Raises what a transfer's Completion would fail with.
+    """
+    if local.on_device or desc.on_device:
+        raise ValueError("read_pieces: host memory only")
+    for remote, at, n in pieces:
+        if remote + n > desc.size or at + n > local.nbytes:
+            raise ValueError(f"read_pieces: range {remote}+{n} -> {at} does not fit")
+    nbytes = sum(n for _, _, n in pieces)
+    choice = current_choice(desc)
+    done = Completion(f"RDMABuffer {desc.reg_id} read of {len(pieces)} ranges, {nbytes} bytes "
+                      f"over {choice.name}")
+    job = _Job(READ, desc, local, nbytes, time.monotonic() + timeout, choice, None, secret,
+               dead, done)
+    job.pieces = pieces
+    job.run()
+    done.outcome()
+
+
 class _Job:
     """One transfer, run on whichever thread calls ``run``."""
 
@@ -188,6 +216,7 @@ class _Job:
         self.op, self.desc, self.local, self.nbytes = op, desc, local, nbytes
         self.deadline, self.choice, self.forced = deadline, choice, forced
         self.secret, self.dead, self.done = secret, dead, done
+        self.pieces: list[Piece] | None = None  # several ranges of a read, not the whole
 
     def run(self) -> None:
         try:
@@ -240,9 +269,13 @@ class _Job:
         if reg_table is None:
             raise BufferDroppedError(f"RDMABuffer {self.desc.reg_id} not found: it was dropped")
         reg = reg_table.lookup(self.desc.reg_id, self.desc.key)
-        remote = reg.region.address
+        remote = reg.region.address + self.desc.offset
+        if self.pieces is not None:
+            for r, at, n in self.pieces:
+                ctypes.memmove(self.local.address + at, remote + r, n)
+            return
         if reg.region.on_device or self.local.on_device:
-            self._device_copy(_bytes_of(reg.region, self.nbytes))
+            self._device_copy(_bytes_of(reg.region, self.nbytes, self.desc.offset))
             return
         if self.op == READ:
             ctypes.memmove(self.local.address, remote, self.nbytes)
@@ -294,6 +327,9 @@ class _Job:
     def _vm(self) -> None:
         _vm.check_hook()
         pid, remote, local = self.desc.owner.pid, self.desc.address, self.local.address
+        if self.pieces is not None:
+            self._vm_pieces(pid, remote, local, self.pieces)
+            return
         if self.local.on_device:
             self._vm_staged(pid, remote)
             return
@@ -336,10 +372,21 @@ class _Job:
 
     def _vm_small_read(self, pid: int, remote: int, local: int) -> None:
         """Slot, data, slot: one system call."""
+        self._vm_gather(pid, [(local, remote, self.nbytes)])
+
+    def _vm_pieces(self, pid: int, remote: int, local: int, pieces: list[Piece]) -> None:
+        """Slot, up to 1,022 ranges, slot: one system call per batch."""
+        batch = _IOV_MAX - 2
+        for i in range(0, len(pieces), batch):
+            self._vm_gather(pid, [(local + at, remote + r, n)
+                                  for r, at, n in pieces[i:i + batch]])
+
+    def _vm_gather(self, pid: int, ranges: list[tuple[int, int, int]]) -> None:
+        """Read ``(local, remote, n)`` ranges between two reads of the slot, in one call."""
         words = (ctypes.c_uint64 * 2)()
         base, slot = ctypes.addressof(words), self.desc.slot_addr
         try:
-            _vm.gather(pid, [(base, slot, 8), (local, remote, self.nbytes), (base + 8, slot, 8)])
+            _vm.gather(pid, [(base, slot, 8), *ranges, (base + 8, slot, 8)])
         except OSError as exc:
             if isinstance(exc, (_vm.VmDenied, _vm.VmGone)):
                 raise
@@ -365,7 +412,7 @@ class _Job:
         pool = _st().pool
         op, desc, secret, deadline = self.op, self.desc, self.secret, self.deadline
         if self.local.on_device:
-            pos = [0]
+            pos = [desc.offset]
 
             def io(chunk: memoryview) -> None:
                 transfer(pool, address, secret, desc, op, chunk, pos[0], deadline)
@@ -374,19 +421,26 @@ class _Job:
             _cuda.staged(_bytes_of(self.local, self.nbytes), self.local.device,
                          to_host=op == WRITE, io=io)
             return
+        if self.pieces is not None:
+            view = self.local.view()
+            for r, at, n in self.pieces:
+                transfer(pool, address, secret, desc, op, view[at:at + n], desc.offset + r,
+                         deadline)
+            return
         view = self.local.view()[: self.nbytes]
 
         def piece(lo: int, hi: int) -> None:
-            transfer(pool, address, secret, desc, op, view[lo:hi], lo, deadline)
+            transfer(pool, address, secret, desc, op, view[lo:hi], desc.offset + lo, deadline)
 
         _in_pieces(piece, self.nbytes, _env_int("REGENCY_RDMA_STREAMS", _default_ways()))
 
 
-def _bytes_of(region: Region, nbytes: int) -> Any:
-    """The first ``nbytes`` of a region as a flat uint8 tensor (device or host; no copy)."""
+def _bytes_of(region: Region, nbytes: int, offset: int = 0) -> Any:
+    """``nbytes`` of a region from ``offset`` as a flat uint8 tensor (device or host; no
+    copy)."""
     if region.on_device:
-        return _cuda.device_bytes(region.address, nbytes, region.device)
-    return _cuda.host_bytes(region.view()[:nbytes])
+        return _cuda.device_bytes(region.address + offset, nbytes, region.device)
+    return _cuda.host_bytes(region.view()[offset:offset + nbytes])
 
 
 def _cuda_address(chunk: memoryview) -> int:

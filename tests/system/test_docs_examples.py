@@ -1,5 +1,5 @@
-"""The examples of docs/failures.md run, and print what the page says they print (issue 3,
-item 9).
+"""The examples of docs/failures.md (issue 3, item 9) and docs/data-plane.md run, and print
+what their page says they print.
 
 An example is a ``python`` code block right after a comment of the form::
 
@@ -20,7 +20,8 @@ import pytest
 from _failure_scripts import describe, kill_tagged, run_failing, top_level_tracebacks
 from _scripts import wait_no_tagged
 
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "failures.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+PAGES = [DOCS / "failures.md", DOCS / "data-plane.md"]
 _EXAMPLE = re.compile(r"<!--\s*example:(?P<attrs>.*?)-->\s*\n```python\n(?P<code>.*?)\n```",
                       re.S)
 
@@ -36,7 +37,7 @@ class Example:
 
 def examples() -> list[Example]:
     found = []
-    for m in _EXAMPLE.finditer(PAGE.read_text()):
+    for m in _EXAMPLE.finditer("".join(page.read_text() for page in PAGES)):
         words = shlex.split(m.group("attrs"))
         ex = Example(words[0], m.group("code"))
         for word in words[1:]:
@@ -58,7 +59,8 @@ def test_the_page_has_its_examples() -> None:
     names = [e.name for e in EXAMPLES]
     assert len(names) == len(set(names)), names
     for wanted in ("actor-error", "fail-fast", "pending-call", "supervise-replace",
-                   "cleanup", "user-test", "timeouts-and-deadlocks", "hung-rank-deadline"):
+                   "cleanup", "user-test", "timeouts-and-deadlocks", "hung-rank-deadline",
+                   "reshard"):
         assert wanted in names, names
 
 

@@ -1,0 +1,145 @@
+"""``TensorShard``: one process's block of a global tensor, registered for one-sided reads.
+
+The owner registers the block's memory (an ``RDMABuffer``) and an 8-byte *version word*
+beside it. The word follows a sequence lock: ``2 * version`` while the data is stable, odd
+while :meth:`TensorShard.updating` runs. A reader reads the word, then the data, then the
+word again: the data is whole when both reads give the same even value
+(:mod:`._reshard`). So an owner can update its shard in place while readers pull it, and no
+reader ever keeps a torn mix of two versions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from ._blocks import Block
+from ._buffer import RDMABuffer
+from ._errors import RDMAError
+from ._memory import local_region
+
+__all__ = ["ShardVersionError", "TensorShard", "dtype_name"]
+
+
+class ShardVersionError(RDMAError):
+    """A shard was not at the version asked for, or kept changing while it was read."""
+
+
+def dtype_name(obj: Any) -> tuple[str, int]:
+    """The element type of a tensor or array, as ``(name, itemsize)``: ``("float32", 4)``
+    for both ``torch.float32`` and ``numpy.float32``."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(obj, torch.Tensor):
+        return str(obj.dtype).removeprefix("torch."), int(obj.element_size())
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(obj, np.ndarray):
+        return obj.dtype.name, int(obj.itemsize)
+    raise TypeError(f"expected a torch.Tensor or numpy.ndarray, got {type(obj).__name__}")
+
+
+class TensorShard:
+    """One process's block of a global tensor, readable by any process holding the handle.
+
+    ``TensorShard(data, block, shape)`` registers ``data`` (a contiguous CPU or CUDA torch
+    tensor, or numpy array, of ``block.shape``) as the part ``block`` of a global tensor of
+    ``shape``. Return it from an endpoint like any value: readers pass the shards of a
+    tensor to :func:`regency.rdma.reshard_into`, which reads from each what their own block
+    needs, one-sidedly.
+
+    Update the data in place inside ``with shard.updating():`` (each exit publishes the next
+    version); readers then never keep a torn mix of two versions. ``drop()`` releases it.
+    """
+
+    __slots__ = ("_data", "_word", "block", "buffer", "dtype", "itemsize", "shape",
+                 "word_buffer")
+    _word: memoryview | None
+
+    def __init__(self, data: Any, block: Block, shape: tuple[int, ...]) -> None:
+        shape = tuple(int(s) for s in shape)
+        if not isinstance(block, Block):
+            raise TypeError(f"block must be a regency.rdma.Block, got {type(block).__name__}")
+        if not block.within(shape):
+            raise ValueError(f"block {block} does not fit in a tensor of shape {shape}")
+        self.dtype, self.itemsize = dtype_name(data)
+        if tuple(data.shape) != block.shape:
+            raise ValueError(f"TensorShard: the data's shape {tuple(data.shape)} is not the "
+                             f"block's {block.shape}")
+        local_region(data, writable=False, what="TensorShard")  # contiguous, CPU or CUDA
+        self.block, self.shape = block, shape
+        self._data = data
+        word = bytearray(8)
+        self._word = memoryview(word).cast("Q")
+        self.buffer = RDMABuffer(_flat_bytes(data))
+        self.word_buffer = RDMABuffer(word)
+
+    @classmethod
+    def _rebuild(cls, buffer: RDMABuffer, word: RDMABuffer, block: Block,
+                 shape: tuple[int, ...], dtype: str, itemsize: int) -> TensorShard:
+        self = object.__new__(cls)
+        self.buffer, self.word_buffer, self.block, self.shape = buffer, word, block, shape
+        self.dtype, self.itemsize = dtype, itemsize
+        self._data, self._word = None, None
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (TensorShard._rebuild, (self.buffer, self.word_buffer, self.block, self.shape,
+                                       self.dtype, self.itemsize))
+
+    def __repr__(self) -> str:
+        owner = self.buffer.owner
+        return (f"<TensorShard {self.block} of {self.dtype}{list(self.shape)} owned by "
+                f"pid {owner.pid} on {owner.hostname}>")
+
+    @property
+    def version(self) -> int:
+        """The version published last (owner only; 0 until the first ``updating()``)."""
+        return int(self._owned_word()[0]) // 2
+
+    @contextlib.contextmanager
+    def updating(self, version: int | None = None) -> Iterator[None]:
+        """Update the data in place in this block; its exit publishes ``version`` (default:
+        the current one plus 1). Readers meanwhile see the shard as changing, and retry.
+
+        Raises:
+            ValueError: ``version`` is not above the current one.
+        """
+        word = self._owned_word()
+        current = int(word[0]) // 2
+        new = current + 1 if version is None else int(version)
+        if new <= current:
+            raise ValueError(f"TensorShard.updating: version {new} is not above the current "
+                             f"{current}")
+        word[0] = 2 * current + 1
+        try:
+            yield
+        finally:
+            _settle(self._data)
+            word[0] = 2 * new
+
+    def drop(self) -> None:
+        """Release the registrations (from any holder); later reads fail."""
+        self.buffer.drop().get()
+        self.word_buffer.drop().get()
+
+    def _owned_word(self) -> Any:
+        if self._word is None:
+            raise RuntimeError("only the process that made a TensorShard can update it or "
+                               "read its version")
+        return self._word
+
+
+def _flat_bytes(data: Any) -> Any:
+    """``data``'s memory as a 1-D view of bytes (for registration)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(data, torch.Tensor):
+        return data.reshape(-1).view(torch.uint8)
+    return data.reshape(-1).view("uint8")
+
+
+def _settle(data: Any) -> None:
+    """Wait for queued GPU work on ``data`` (its writes must land before the version does)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(data, torch.Tensor) and data.device.type == "cuda":
+        torch.cuda.current_stream(data.device).synchronize()
