@@ -7,7 +7,8 @@ rows; a *generator* mesh of 2 procs needs it split by columns. One step is the c
 calling ``pull`` on the generators and waiting for both. Ways to do it:
 
 * ``reshard`` (regency): ``reshard_into(shards, dst, block)``, which reads from each shard
-  the part its block needs (here a contiguous slab of twice the bytes, then a local copy);
+  only the part its block needs (here, on one host, each row's part straight into place:
+  1,024 ranges per shard in one ``process_vm_readv``);
 * ``whole``: what a user writes with plain ``RDMABuffer``s, in regency or Monarch: read all
   4 shards whole into scratch buffers, then copy the needed columns out;
 * Ray (``reshard_ray.py``, ``--ray``): the trainers return their blocks through the object

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["RateLimitedLog", "notices"]
+__all__ = ["RateLimitedLog", "notices", "warnings_on_stderr"]
 
 _OVERFLOW = "\0overflow"
 
@@ -103,6 +103,28 @@ def _on_stderr(name: str) -> logging.Logger:
         logger.addHandler(handler)
         logger.propagate = False  # once, even where the program configures logging
     return logger
+
+
+class _UnlessConfigured(logging.Filter):
+    """Passes a record only while the program has no logging set-up of its own."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not logging.getLogger().handlers
+
+
+def warnings_on_stderr(name: str = "regency") -> None:
+    """In a process regency runs for its user (a proc): write the ``name`` logger's
+    warnings and errors to stderr (which reaches the controller's terminal), unless the
+    program configures logging itself; then they go where it says, once.
+
+    A library stays quiet by default (the ``NullHandler`` of ``regency/__init__``): this is
+    for regency's own processes only.
+    """
+    handler = _Stderr()
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    handler.addFilter(_UnlessConfigured())
+    logging.getLogger(name).addHandler(handler)
 
 
 #: Rate-limited lines on this process's stderr, whatever the logging set-up: what a user

@@ -4,6 +4,9 @@ versions and in-place updates; errors."""
 
 from __future__ import annotations
 
+import os
+import pickle
+
 import numpy as np
 import pytest
 import torch
@@ -208,3 +211,133 @@ def test_ranges_fall_back_to_a_data_connection_where_vm_is_refused(meshes, monke
         st.vm_denied.clear()
         st.warned = warned
     owners.drop.call().get(timeout=T)
+
+
+def test_an_empty_block_holds_and_reads_nothing(meshes, readers) -> None:
+    """Four ranks over three rows (as numpy.array_split): rank 3's block is empty."""
+    owners = meshes[0].spawn("empty", Owner, (3, 8), {"gpus": 0}, 4)
+    shards = owners.publish.call().get(timeout=T)
+    assert [s.block.numel for s in shards.values()] == [8, 8, 8, 0]
+    check(readers.pull.call(shards, (3, 8), {"gpus": 1}).get(timeout=T), {"gpus": 1},
+          shape=(3, 8), seed=4)
+    nothing = np.zeros((0, 8), np.float32)
+    assert reshard_into(shards, nothing, Block((3, 0), (0, 8))).get(timeout=T) == 0
+    owners.drop.call().get(timeout=T)
+
+
+def test_a_call_waiting_for_a_version_holds_up_no_other(meshes) -> None:
+    owners = meshes[0].spawn("waited", Owner, (16, 8), {"gpus": 0})
+    other = meshes[0].spawn("unrelated", Owner, (16, 8), {"gpus": 1})
+    shards, others = (m.publish.call().get(timeout=T) for m in (owners, other))
+    whole = Block.whole((16, 8))
+    waiting = [reshard_into(shards, np.zeros((16, 8), np.float32), whole, version=9)
+               for _ in range(6)]
+    assert reshard_into(others, np.zeros((16, 8), np.float32), whole).get(timeout=T) == 0
+    same = np.zeros((16, 8), np.float32)
+    held = reshard_into(shards, same, whole, version=9)  # the same plan as the waiting ones
+    with pytest.raises(TimeoutError, match="another call into the same block"):
+        reshard_into(shards, same, whole, timeout=0.5).get(timeout=T)
+    assert owners.publish_version.call(9).get(timeout=T).values() == [9] * 4
+    assert [f.get(timeout=T) for f in [*waiting, held]] == [9] * 7
+    owners.drop.call().get(timeout=T)
+    other.drop.call().get(timeout=T)
+
+
+def test_a_replica_stands_in_for_a_dead_owner(meshes, monkeypatch) -> None:
+    doomed = this_host().spawn_procs(per_host={"gpus": 2}, name="reshard-doomed")
+    first = doomed.spawn("first", Owner, (8, 6), {"gpus": 0}, 6)
+    second = meshes[1].spawn("second", Owner, (8, 6), {"gpus": 0}, 6)  # the same blocks
+    doomed_shards = list(first.publish.call().get(timeout=T).values())
+    live_shards = list(second.publish.call().get(timeout=T).values())
+    # replicas on one host are taken by the reader's pid: put the doomed ones there
+    pairs = [(d, live) if os.getpid() % 2 == 0 else (live, d)
+             for d, live in zip(doomed_shards, live_shards, strict=True)]
+    shards = [s for pair in zip(*pairs, strict=True) for s in pair]
+    whole = Block.whole((8, 6))
+    dst = np.zeros((8, 6), np.float32)
+    reshard_into(shards, dst, whole).get(timeout=T)
+    doomed.stop().get(timeout=T)
+    from regency._dataplane import _reshard
+
+    runs = []
+    execute = _reshard._execute
+    monkeypatch.setattr(_reshard, "_execute", lambda plan, *a: runs.append(
+        {s.word_buffer.owner.pid for s in plan.sources}) or execute(plan, *a))
+    dst[:] = 0
+    reshard_into(shards, dst, whole).get(timeout=T)
+    assert np.array_equal(dst, full_tensor((8, 6), 6))
+    assert len(runs) == 2 and runs[0] != runs[1]  # the doomed ones failed, then the others
+    second.drop.call().get(timeout=T)
+
+
+def test_ranges_past_a_calls_byte_bound_are_cut(meshes, monkeypatch) -> None:
+    """One process_vm_readv moves at most about 2 GiB: longer reads go in several calls
+    (here with the bound lowered to 4 KiB)."""
+    from regency._dataplane import _transfer
+
+    monkeypatch.setattr(_transfer, "_GATHER_BYTES", 4096)
+    owners = meshes[0].spawn("cut", Owner, (64, 100), {"gpus": 0}, 8)
+    shards = owners.publish.call().get(timeout=T)
+    for block in (Block.whole((64, 100)), Block.whole((64, 100)).split(1, 1, 3)):
+        dst = np.zeros(block.shape, np.float32)
+        reshard_into(shards, dst, block).get(timeout=T)
+        assert np.array_equal(dst, full_tensor((64, 100), 8)[block.slices])
+    owners.drop.call().get(timeout=T)
+
+
+def test_updates_that_fail_or_nest_publish_nothing() -> None:
+    data = torch.arange(8, dtype=torch.float32).reshape(2, 4)
+    shard = TensorShard(data, Block.whole((2, 4)), (2, 4))
+    with pytest.raises(ZeroDivisionError), shard.updating():
+        data[0] = -1
+        raise ZeroDivisionError
+    assert shard.version == 0
+    dst = torch.zeros(2, 4)
+    with pytest.raises(TimeoutError, match="being updated, or an update failed, after "
+                                           "version 0"):
+        reshard_into([shard], dst, Block.whole((2, 4)), timeout=0.3).get(timeout=T)
+    with shard.updating():
+        data[0] = 5
+        with pytest.raises(RuntimeError, match="being updated already"), shard.updating():
+            pass
+    assert reshard_into([shard], dst, Block.whole((2, 4))).get(timeout=T) == 1
+    assert dst[0].tolist() == [5] * 4
+    handle = pickle.loads(pickle.dumps(shard))
+    with pytest.raises(RuntimeError, match="is a handle"), handle.updating():
+        pass
+    shard.drop()
+
+
+def test_scalars_dtypes_and_byte_orders() -> None:
+    scalar = TensorShard(torch.tensor(3.5, dtype=torch.float64), Block.whole(()), ())
+    out = torch.zeros((), dtype=torch.float64)
+    reshard_into([scalar], out, Block.whole(())).get(timeout=T)
+    assert out.item() == 3.5
+    with pytest.raises(ValueError, match="non-native byte order"):
+        TensorShard(np.zeros(4, dtype=">f4"), Block.whole((4,)), (4,))
+    flags = TensorShard(np.array([True, False, True]), Block.whole((3,)), (3,))
+    got = np.zeros(3, dtype=bool)
+    reshard_into([flags], got, Block.whole((3,))).get(timeout=T)
+    assert got.tolist() == [True, False, True]
+    scalar.drop()
+    flags.drop()
+
+
+def test_staging_kept_is_bounded(monkeypatch) -> None:
+    """Plans keep their staging buffers for the next call, up to a bound in all."""
+    from regency._dataplane import _reshard_plan
+
+    monkeypatch.setattr(_reshard_plan, "_STAGING_KEPT", 3000)
+    shards = [TensorShard(np.full((8, 32), i, np.float32), Block((8 * i, 0), (8, 32)),
+                          (16, 32)) for i in range(2)]
+    plans = []
+    for part in range(2):  # a column block of row shards: each shard staged whole (2 KiB)
+        block = Block.whole((16, 32)).split(1, part, 2)
+        dst = np.zeros(block.shape, np.float32)
+        reshard_into(shards, dst, block).get(timeout=T)
+        assert dst[:, 0].tolist() == [0] * 8 + [1] * 8
+        plans.append(next(reversed(_reshard_plan._plans.values())))
+    assert [p.staging_bytes for p in plans] == [2048, 2048]
+    assert plans[1].staging is not None and plans[0].staging is None
+    for s in shards:
+        s.drop()

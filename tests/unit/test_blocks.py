@@ -52,15 +52,21 @@ def _sub_block(outer: Block) -> st.SearchStrategy[Block]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(tensor_and_block().flatmap(lambda tb: st.tuples(st.just(tb[1]), _sub_block(tb[1]))),
-       st.sampled_from([0, 4, 1 << 10, 1 << 30]))
-def test_the_read_box_is_the_overlap_or_one_range_around_it(pair, cost) -> None:
-    source, overlap = pair
-    box = read_box(overlap, source, 4, cost)
+@given(tensor_and_block(), st.data(), st.sampled_from([0, 4, 1 << 10, 1 << 30]))
+def test_a_read_is_its_pieces_or_one_range_staged(tb, data, cost) -> None:
+    shape, source = tb
+    dest = data.draw(_sub_block(Block.whole(shape)))
+    overlap = source.intersect(dest)
+    if overlap is None:
+        return
+    box, staged = read_box(overlap, source, dest, 4, cost)
     assert box.intersect(overlap) == overlap
-    assert box == overlap or len(runs(box, source, 4)) == 1
-    if cost == 0:
-        assert box == overlap or box.numel == overlap.numel
+    if staged:
+        assert len(runs(box, source, 4)) == 1 and len(pieces(overlap, source, dest, 4)) > 1
+        if cost == 0:
+            assert box == overlap  # staging is chosen for nothing read in vain only
+    else:
+        assert box == overlap
 
 
 @settings(max_examples=300, deadline=None)
@@ -94,9 +100,26 @@ def test_a_slab_is_read_when_its_extra_bytes_cost_less_than_the_ranges_it_saves(
     overlap = rows.intersect(cols)
     assert overlap == Block((16, 0), (16, 24))
     # 16 ranges of 96 bytes, or the 3072-byte slab: 1536 bytes for nothing, 15 ranges saved
-    assert read_box(overlap, rows, 4, 1 << 10) == rows
-    assert read_box(overlap, rows, 4, 100) == overlap
+    assert read_box(overlap, rows, cols, 4, 1 << 10) == (rows, True)
+    assert read_box(overlap, rows, cols, 4, 100) == (overlap, False)
     assert pieces(overlap, rows, cols, 4)[:2] == [(0, 1536, 96), (192, 1632, 96)]
+
+
+def test_what_is_contiguous_at_the_source_but_scattered_in_place_is_staged() -> None:
+    cols = Block.whole((64, 48)).split(1, 1, 4)      # a column shard
+    rows = Block.whole((64, 48)).split(0, 0, 2)      # wanted by rows: 32 ranges in place
+    overlap = cols.intersect(rows)
+    assert len(pieces(overlap, cols, rows, 4)) == 32
+    assert read_box(overlap, cols, rows, 4, 1) == (overlap, True)  # one range, nothing wasted
+    assert read_box(overlap, cols, Block.whole((64, 48)).split(1, 1, 4), 4, 1 << 20) == (
+        overlap, False)  # the same layout: one range straight into place
+
+
+def test_a_scalar_is_one_range() -> None:
+    scalar = Block.whole(())
+    assert scalar.numel == 1 and runs(scalar, scalar, 8) == [(0, 8)]
+    assert pieces(scalar, scalar, scalar, 8) == [(0, 0, 8)]
+    assert read_box(scalar, scalar, scalar, 8, 4096) == (scalar, False)
 
 
 @given(st.integers(0, 100), st.integers(1, 12))
@@ -119,6 +142,9 @@ def test_split_composes_over_dims_and_names_what_is_wrong() -> None:
         b.split(2, 0, 2)
     with pytest.raises(ValueError, match="one offset per dimension"):
         Block((0,), (1, 2))
+    with pytest.raises(TypeError, match="integers"):
+        Block((0.5,), (2,))
+    assert Block.whole([np.int64(3)]).shape == (3,)
 
 
 def test_intersections_and_relative_indexes() -> None:

@@ -25,6 +25,7 @@ from .. import config
 from .._debug import _rank as _debug_rank
 from .._debug._dumps import arm as arm_stack_dumps
 from .._mesh import Point, Shape
+from .._ratelog import warnings_on_stderr
 from .._runtime import _current, _output_fence, _output_marks, _whole_lines
 from .._runtime._descendants import GRACE_S, mark_forks
 from .._runtime._host_agent import AGENT_LOST_EXIT
@@ -81,6 +82,7 @@ def _end_multiprocessing_children(grace: float = GRACE_S) -> None:
 def run_proc(spec: dict[str, Any]) -> int:
     """Serve as a proc described by ``spec``; returns the exit code."""
     faulthandler.enable()  # a crash prints the Python stack to stderr, into the failure report
+    warnings_on_stderr()  # regency's warnings here reach the controller's terminal
     config.configure(**spec.get("config", {}))
     if "order_output" in spec:  # the controller's, even from its environment: it decides
         config.configure(order_output=spec["order_output"])

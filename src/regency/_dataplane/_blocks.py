@@ -4,15 +4,17 @@ A *block* is a box of a global tensor: an offset and an extent along each dimens
 shard held in one process is a block, stored contiguously in row-major order. Moving the
 part of a source block ``S`` that a destination block ``D`` needs means reading the overlap
 ``O = S & D`` out of ``S``'s memory. ``O``'s elements are contiguous in ``S`` only in runs
-(one per index of its leading dimensions), so :func:`read_box` picks what to read: ``O``
-itself, range by range (:func:`pieces` pairs its ranges in ``S`` with those in ``D``), or a
-*slab* of ``S`` around it that is one contiguous range, when the bytes it reads for nothing
-cost less than the ranges it saves. Nothing here touches memory.
+(one per index of its leading dimensions), and so is its place in ``D``: :func:`pieces`
+pairs the ranges of both sides. :func:`read_box` picks what to read: those pieces, each
+straight into place, or one contiguous range of ``S`` around ``O`` (``O`` itself where it
+is contiguous there, else a *slab*), staged and copied into place, when the bytes it reads
+for nothing cost less than the ranges it saves. Nothing here touches memory.
 """
 
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 
 __all__ = ["Block", "pieces", "read_box", "runs", "split_bounds"]
@@ -48,6 +50,12 @@ class Block:
     shape: tuple[int, ...]
 
     def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "offsets", tuple(operator.index(o) for o in self.offsets))
+            object.__setattr__(self, "shape", tuple(operator.index(s) for s in self.shape))
+        except TypeError:
+            raise TypeError(f"a block's offsets and shape are integers: offsets "
+                            f"{self.offsets!r}, shape {self.shape!r}") from None
         if len(self.offsets) != len(self.shape):
             raise ValueError(f"a block needs one offset per dimension: offsets {self.offsets} "
                              f"and shape {self.shape} differ in length")
@@ -58,7 +66,7 @@ class Block:
     @classmethod
     def whole(cls, shape: tuple[int, ...] | list[int]) -> Block:
         """The block of a whole tensor of ``shape``."""
-        dims = tuple(int(s) for s in shape)
+        dims = tuple(shape)
         return cls((0,) * len(dims), dims)
 
     def split(self, dim: int, index: int, parts: int) -> Block:
@@ -112,7 +120,7 @@ class Block:
 
 def _first_wide_dim(box: Block) -> int:
     """The first dimension along which ``box`` is more than one element wide."""
-    return next((d for d, s in enumerate(box.shape) if s > 1), len(box.shape) - 1)
+    return next((d for d, s in enumerate(box.shape) if s > 1), max(len(box.shape) - 1, 0))
 
 
 def _slab(inner: Block, outer: Block) -> Block:
@@ -126,16 +134,24 @@ def _slab(inner: Block, outer: Block) -> Block:
     return Block(offsets, shape)
 
 
-def read_box(overlap: Block, source: Block, itemsize: int, range_cost: int) -> Block:
-    """What to read out of ``source``'s memory to get ``overlap``: the overlap itself, or the
-    contiguous slab around it when the bytes it reads for nothing are fewer than
-    ``range_cost`` (the cost of one more range, in bytes) times the ranges it saves."""
+def read_box(overlap: Block, source: Block, dest: Block, itemsize: int,
+             range_cost: int) -> tuple[Block, bool]:
+    """How to get ``overlap`` from ``source``'s memory into ``dest``'s: ``(box, staged)``.
+
+    Not staged: ``box`` is the overlap, moved as :func:`pieces`, each range straight into
+    place. Staged: ``box`` is one contiguous range of ``source`` around the overlap (the
+    overlap itself where it is contiguous there), read whole, then copied into place:
+    chosen when the bytes it reads for nothing are fewer than ``range_cost`` (the cost of
+    one more range, in bytes) times the ranges it saves.
+    """
+    ranges = len(pieces(overlap, source, dest, itemsize))
+    if ranges <= 1:
+        return overlap, False
     slab = _slab(overlap, source)
-    if slab == overlap:
-        return overlap
     wasted = (slab.numel - overlap.numel) * itemsize
-    saved = len(runs(overlap, source, itemsize)) - 1
-    return slab if wasted <= saved * range_cost else overlap
+    if wasted <= (ranges - 1) * range_cost:
+        return slab, True
+    return overlap, False
 
 
 def runs(box: Block, source: Block, itemsize: int) -> list[tuple[int, int]]:
@@ -145,6 +161,8 @@ def runs(box: Block, source: Block, itemsize: int) -> list[tuple[int, int]]:
     if box.numel == 0:
         return []
     dims = len(box.shape)
+    if dims == 0:
+        return [(0, itemsize)]  # a scalar
     strides = [itemsize] * dims
     for d in range(dims - 2, -1, -1):
         strides[d] = strides[d + 1] * source.shape[d + 1]

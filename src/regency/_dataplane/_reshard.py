@@ -1,87 +1,37 @@
 """``reshard_into``: fill this process's block of a tensor from the shards that hold it.
 
-A *plan* says, for a set of shards and a destination block, which byte ranges to read out
-of which shard and where they land: straight into the destination, range by range (host
-memory on one host: a few ``process_vm_readv`` calls for up to a thousand ranges each), or
-a contiguous slab of the shard into a staging buffer and then copied into place, when that
-is cheaper (:mod:`._blocks` weighs one against the other with the cost of a range on the
-transport). Plans, and their staging buffers, are kept for the next call with the same
-shards, block and kind of destination: the weight sync of every training step computes
-nothing again. Where a block is held by several shards (replicas), the reader takes it
-from one in its own process, else on its own host, else spreads readers over them.
-
-A read is checked against the shards' version words (:mod:`._shards`): every shard at the
-same even version before and after the data moved, else it is read again, until the
-deadline.
+What to read comes from a plan (:mod:`._reshard_plan`). A call runs on a thread of its own
+(a daemon: a controller that exits does not wait for it): it reads every source's version
+word (:mod:`._shards`), the data, and the words again, and keeps the data only when every
+word was even, the same, and unchanged; otherwise it reads again, backing off, until its
+deadline (counted from the call). The sources are read in parallel; a call waits for all
+of them, failed or not, before it ends. A failure evicts the plan; where the failed
+shard's owner is dead and a replica is left, the call is planned again and retried once.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from .._api._bootstrap import runtime
 from .._api._future import Future
 from .._runtime._completion import Completion
-from ._blocks import Block, pieces, read_box, runs
-from ._buffer import DEFAULT_TIMEOUT, RDMABuffer
-from ._identity import peer_info
+from ._blocks import Block
+from ._buffer import DEFAULT_TIMEOUT
+from ._errors import BufferDroppedError, RDMAError
 from ._memory import local_region
-from ._shards import ShardVersionError, TensorShard, dtype_name
+from ._reshard_plan import Plan, Read, forget, kind, plan_for, shard_list, staging_of
+from ._shards import ShardVersionError, TensorShard
 from ._transfer import read_pieces
 
 __all__ = ["reshard_into"]
 
-_PLANS_KEPT = 32
 _BACKOFF = (0.001, 0.05)  # first and longest wait before reading a changing shard again
-
-
-#: What one more range costs, in bytes moved, per transport (measured on a 2-core VM: a
-#: range in a ``process_vm_readv`` call takes about 0.65 us, as long as 4 KiB copied; a
-#: request on a data connection about 250 us; into or out of device memory, a copy call is
-#: taken as 1 MiB).
-_RANGE_COST = {"local": 512, "vm": 4 << 10, "unix": 256 << 10, "tcp": 256 << 10}
-_DEVICE_RANGE_COST = 1 << 20
-
-
-@dataclass(frozen=True)
-class _Read:
-    """One source's part: ``pieces`` (its offset, ours, length) into staging or ``dst``."""
-
-    shard: TensorShard
-    pieces: list[tuple[int, int, int]]
-    staged: bool  # into the staging buffer (then placed), else straight into the destination
-    box: Block  # what the pieces hold (global coordinates)
-    overlap: Block  # what the destination needs of it
-
-
-@dataclass
-class _Plan:
-    block: Block  # the destination's
-    reads: list[_Read]
-    sources: list[TensorShard]
-    staging: Any  # a buffer of bytes like the destination (None: nothing is staged)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-
-_plans: OrderedDict[tuple[Any, ...], _Plan] = OrderedDict()
-_plans_lock = threading.Lock()
-_pools: dict[str, ThreadPoolExecutor] = {}
-
-
-def _pool(name: str) -> ThreadPoolExecutor:
-    """``"calls"`` runs reshards, ``"reads"`` their sources' reads (a reshard waits for its
-    reads: one pool for both could fill with waiters)."""
-    with _plans_lock:
-        pool = _pools.get(name)
-        if pool is None:
-            pool = _pools[name] = ThreadPoolExecutor(4, thread_name_prefix=f"regency-{name}")
-        return pool
 
 
 def reshard_into(shards: Any, dst: Any, block: Block, *, version: int | None = None,
@@ -94,7 +44,8 @@ def reshard_into(shards: Any, dst: Any, block: Block, *, version: int | None = N
     tensor or numpy array of ``block.shape`` and the shards' dtype. Each shard's part is read
     one-sidedly (its owner's actor code does not run). ``version``: wait until every shard
     is at that version (see :meth:`TensorShard.updating`); by default any version, the
-    same on all. The Future's value is the version read.
+    same on all. The Future's value is the version read. ``timeout`` counts from this call.
+    If the Future fails, what ``dst`` holds is unspecified.
 
     Raises (at once):
         ValueError, TypeError: the shards disagree (shape, dtype), overlap, or do not cover
@@ -106,145 +57,72 @@ def reshard_into(shards: Any, dst: Any, block: Block, *, version: int | None = N
     timeout = float(timeout)
     if not timeout > 0:
         raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
-    plan = _plan_for(_shard_list(shards), dst, block)
-    done = Completion(f"reshard_into of {block.numel} elements from {len(plan.sources)} shards")
+    deadline = time.monotonic() + timeout
+    given = shard_list(shards)
+    rt = runtime()
+
+    failed: set[str] = set()  # owners whose reads failed in this call
+
+    def dead(shard: TensorShard) -> bool:
+        control = shard.word_buffer._desc.control
+        return control in rt.dead_addrs or control in failed
+
+    plan = plan_for(given, dst, block, dead)
+    done = Completion(f"reshard_into of block {block} from {len(plan.sources)} shards")
+
+    def replan(exc: BaseException) -> Plan:
+        shard = getattr(exc, "shard", None)
+        if shard is not None:
+            failed.add(shard.word_buffer._desc.control)
+        return plan_for(given, dst, block, dead)
 
     def run() -> None:
         try:
-            done.set_result(_execute(plan, dst, version, time.monotonic() + timeout))
+            done.set_result(_run(plan, replan, dst, version, deadline))
         except BaseException as exc:
             done.set_exception(exc)
 
-    _pool("calls").submit(run)
+    threading.Thread(target=run, name="regency-reshard", daemon=True).start()
     return Future._from(done)
 
 
-# -- checking and planning -----------------------------------------------------------------
-def _shard_list(shards: Any) -> list[TensorShard]:
-    values = shards.values() if hasattr(shards, "values") else shards
-    if not isinstance(values, Iterable):
-        raise TypeError(f"shards must be TensorShards (a list or a ValueMesh), got "
-                        f"{type(shards).__name__}")
-    given = list(values)
-    if not given:
-        raise ValueError("reshard_into: no shards given")
-    for p in given:
-        if not isinstance(p, TensorShard):
-            raise TypeError(f"reshard_into: expected TensorShard values, got "
-                            f"{type(p).__name__}")
-    first = given[0]
-    for p in given[1:]:
-        if (p.shape, p.dtype) != (first.shape, first.dtype):
-            raise ValueError(f"reshard_into: the shards are not of one tensor: {first!r} and "
-                             f"{p!r} differ in shape or dtype")
-    return given
+def _run(plan: Plan, replan: Callable[[BaseException], Plan], dst: Any,
+         version: int | None, deadline: float) -> int:
+    """Execute ``plan``; on a failed read, evict it, and retry once with a new plan if that
+    reads other shards (a replica in place of the one whose owner failed)."""
+    try:
+        return _execute(plan, dst, version, deadline)
+    except (RDMAError, BufferDroppedError) as exc:
+        forget(plan)
+        again = replan(exc)
+        if [id(s) for s in again.sources] == [id(s) for s in plan.sources]:
+            raise
+    return _execute(again, dst, version, deadline)  # kept: the next call reads the same
 
 
-def _check_dst(first: TensorShard, dst: Any, block: Block) -> None:
-    if not isinstance(block, Block):
-        raise TypeError(f"block must be a regency.rdma.Block, got {type(block).__name__}")
-    if not block.within(first.shape):
-        raise ValueError(f"reshard_into: block {block} does not fit in the tensor's shape "
-                         f"{first.shape}")
-    name, itemsize = dtype_name(dst)
-    if (name, itemsize) != (first.dtype, first.itemsize):
-        raise ValueError(f"reshard_into: dst is {name}, the shards are {first.dtype}")
-    if tuple(dst.shape) != block.shape:
-        raise ValueError(f"reshard_into: dst has shape {tuple(dst.shape)}, the block "
-                         f"{block.shape}")
-    local_region(dst, writable=True, what="reshard_into")
-
-
-def _plan_for(shards: list[TensorShard], dst: Any, block: Block) -> _Plan:
-    _check_dst(shards[0], dst, block)
-    key = (tuple(p.buffer._desc for p in shards), block, _kind(dst))
-    with _plans_lock:
-        plan = _plans.get(key)
-        if plan is not None:
-            _plans.move_to_end(key)
-            return plan
-    plan = _make_plan(_choose_replicas(shards), block, dst)
-    with _plans_lock:
-        _plans[key] = plan
-        while len(_plans) > _PLANS_KEPT:
-            _plans.popitem(last=False)
-    return plan
-
-
-def _kind(dst: Any) -> str:
-    """What memory ``dst`` is: ``"numpy"``, ``"torch:cpu"``, ``"torch:cuda:0"``..."""
-    return f"torch:{dst.device}" if _is_torch(dst) else "numpy"
-
-
-def _choose_replicas(shards: list[TensorShard]) -> list[TensorShard]:
-    """One shard per distinct block: ours, else one on this host, else spread by our pid."""
-    me = peer_info()
-    by_block: dict[Block, list[TensorShard]] = {}
-    for p in shards:
-        by_block.setdefault(p.block, []).append(p)
-
-    def rank(p: TensorShard) -> int:
-        owner = p.buffer._desc.owner
-        return 0 if owner.same_process(me) else 1 if owner.host_key == me.host_key else 2
-
-    chosen = []
-    for replicas in by_block.values():
-        best = min(rank(p) for p in replicas)
-        near = [p for p in replicas if rank(p) == best]
-        chosen.append(near[me.pid % len(near)])
-    blocks = list(by_block)
-    for i, a in enumerate(blocks):
-        for b in blocks[i + 1:]:
-            if a.intersect(b) is not None:
-                raise ValueError(f"reshard_into: shards overlap without being replicas: "
-                                 f"{a} and {b}")
-    return chosen
-
-
-def _make_plan(sources: list[TensorShard], block: Block, dst: Any) -> _Plan:
-    reads, staged, covered = [], 0, 0
-    on_device = _kind(dst).startswith("torch:cuda")
-    for shard in sources:
-        overlap = shard.block.intersect(block)
-        if overlap is None:
-            continue
-        covered += overlap.numel
-        size = shard.itemsize
-        cost = (_DEVICE_RANGE_COST if on_device or shard.buffer._desc.on_device
-                else _RANGE_COST.get(shard.buffer.transport_for().name, _DEVICE_RANGE_COST))
-        box = read_box(overlap, shard.block, size, cost)
-        if box == overlap:
-            reads.append(_Read(shard, pieces(box, shard.block, block, size), False, box,
-                               overlap))
-            continue
-        (start, length), = runs(box, shard.block, size)
-        reads.append(_Read(shard, [(start, staged, length)], True, box, overlap))
-        staged += length
-    if covered != block.numel:
-        raise ValueError(f"reshard_into: the shards do not cover block {block}: they "
-                         f"hold {covered} of its {block.numel} elements")
-    staging = _empty_bytes(dst, staged) if staged else None
-    return _Plan(block, reads, [r.shard for r in reads], staging)
-
-
-# -- running -------------------------------------------------------------------------------
-def _execute(plan: _Plan, dst: Any, version: int | None, deadline: float) -> int:
-    with plan.lock:  # one call at a time uses a plan's staging buffer
+def _execute(plan: Plan, dst: Any, version: int | None, deadline: float) -> int:
+    if not plan.lock.acquire(timeout=max(deadline - time.monotonic(), 0)):
+        raise TimeoutError(f"reshard_into of block {plan.block}: another call into the same "
+                           "block from the same shards held it until the deadline")
+    try:
+        staging = staging_of(plan, dst)
         wait = _BACKOFF[0]
         while True:
             before = _words(plan.sources, deadline)
             ready = _settled(plan.sources, before, version)
             if ready is not None:
-                _move(plan, dst, deadline)
+                _move(plan, dst, staging, deadline)
                 if _words(plan.sources, deadline) == before:
-                    _place(plan, dst)
+                    _place(plan, dst, staging)
                     return ready
             if time.monotonic() + wait > deadline:
-                raise TimeoutError(f"reshard_into: the shards did not settle on "
-                                   f"{'one version' if version is None else f'version {version}'}"
-                                   f" in time: {_versions_text(plan.sources, before)}")
+                wanted = "one version" if version is None else f"version {version}"
+                raise TimeoutError(f"reshard_into: the shards did not settle on {wanted} in "
+                                   f"time: {_versions_text(plan.sources, before)}")
             time.sleep(wait)
             wait = min(2 * wait, _BACKOFF[1])
+    finally:
+        plan.lock.release()
 
 
 def _settled(sources: list[TensorShard], words: list[int], version: int | None) -> int | None:
@@ -267,8 +145,9 @@ def _settled(sources: list[TensorShard], words: list[int], version: int | None) 
 def _versions_text(sources: list[TensorShard], words: list[int]) -> str:
     parts = []
     for s, w in zip(sources, words, strict=True):
-        state = f"updating to a version after {w // 2}" if w % 2 else f"version {w // 2}"
-        parts.append(f"{s.block} of pid {s.buffer.owner.pid}: {state}")
+        state = (f"being updated, or an update failed, after version {w // 2}" if w % 2
+                 else f"version {w // 2}")
+        parts.append(f"{s.block} of pid {s.word_buffer.owner.pid}: {state}")
     return "; ".join(parts)
 
 
@@ -276,77 +155,97 @@ def _words(sources: list[TensorShard], deadline: float) -> list[int]:
     out = []
     for s in sources:
         word = bytearray(8)
-        s.word_buffer.read_into(word, timeout=_left(deadline)).get()
+        _about(s, partial(_read_word, s, word, deadline))
         out.append(int.from_bytes(word, "little"))
     return out
+
+
+def _read_word(shard: TensorShard, into: bytearray, deadline: float) -> None:
+    shard.word_buffer.read_into(into, timeout=_left(deadline)).get()
 
 
 def _left(deadline: float) -> float:
     return max(deadline - time.monotonic(), 0.001)
 
 
-def _empty_bytes(like: Any, n: int) -> Any:
-    if _is_torch(like):
-        import torch
-
-        return torch.empty(n, dtype=torch.uint8, device=like.device)
-    import numpy as np
-
-    return np.empty(n, dtype=np.uint8)
-
-
-def _is_torch(obj: Any) -> bool:
-    import sys
-
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(obj, torch.Tensor)
+def _about(shard: TensorShard, fn: Callable[[], object]) -> None:
+    """Run ``fn``; a data-plane error it raises names the shard's block and owner."""
+    try:
+        fn()
+    except (RDMAError, BufferDroppedError, TimeoutError) as exc:
+        owner = shard.word_buffer.owner
+        error: Exception = type(exc)(f"reshard_into: reading block {shard.block} of pid "
+                                     f"{owner.pid} on {owner.hostname}: {exc}")
+        setattr(error, "shard", shard)  # noqa: B010 - which owner failed, for a retry
+        raise error from exc
 
 
-def _bytes_view(dst: Any) -> Any:
-    if _is_torch(dst):
-        import torch
-
-        return dst.reshape(-1).view(torch.uint8)
-    return dst.reshape(-1).view("uint8")
-
-
-def _move(plan: _Plan, dst: Any, deadline: float) -> None:
-    """Read every source's pieces: host memory in a few calls per source, in parallel across
-    sources; device memory a transfer per piece."""
+def _move(plan: Plan, dst: Any, staging: Any, deadline: float) -> None:
+    """Read every source's pieces in parallel (host memory: a few calls each; device
+    memory: a transfer per piece); wait for all, then raise the first error."""
     flat = _bytes_view(dst)
-    transfers: list[Future[None]] = []
-    reads = []
-    for r in plan.reads:
-        into = plan.staging if r.staged else flat
-        if r.shard.buffer._desc.on_device or _kind(into).startswith("torch:cuda"):
-            transfers.extend(_slices(r, into, deadline))
-        else:
-            reads.append(_pool("reads").submit(_read_pieces, r, into, deadline))
-    for f in transfers:
-        f.get()
-    for job in reads:
-        job.result()
+    _run_all([partial(_read, r, staging if r.staged else flat, deadline)
+              for r in plan.reads])
 
 
-def _slices(r: _Read, into: Any, deadline: float) -> list[Future[None]]:
-    buf: RDMABuffer = r.shard.buffer
-    return [buf[src:src + n].read_into(into[at:at + n], timeout=_left(deadline))
-            for src, at, n in r.pieces]
+def _read(r: Read, into: Any, deadline: float) -> None:
+    buf = r.shard.buffer
+    assert buf is not None
+    desc = buf._desc
+    if desc.on_device or kind(into).startswith("torch:cuda"):
+        def by_transfers() -> None:
+            futures = [buf[src:src + n].read_into(into[at:at + n], timeout=_left(deadline))
+                       for src, at, n in r.pieces]
+            _run_all([f.get for f in futures], parallel=False)
 
-
-def _read_pieces(r: _Read, into: Any, deadline: float) -> None:
+        _about(r.shard, by_transfers)
+        return
     rt = runtime()
-    desc = r.shard.buffer._desc
-    read_pieces(desc, local_region(into, writable=True, what="reshard_into"), r.pieces,
-                timeout=_left(deadline), secret=rt.secret,
-                dead=lambda: rt.dead_addrs.get(desc.control))
+    region = local_region(into, writable=True, what="reshard_into")
+    _about(r.shard, lambda: read_pieces(
+        desc, region, r.pieces, timeout=_left(deadline), secret=rt.secret,
+        dead=lambda: rt.dead_addrs.get(desc.control)))
 
 
-def _place(plan: _Plan, dst: Any) -> None:
-    """Copy each staged slab's needed part into ``dst``."""
+def _run_all(jobs: Sequence[Callable[[], object]], parallel: bool = True) -> None:
+    """Run every job (on daemon threads but the first, when ``parallel``), wait for all,
+    then raise the first error."""
+    errors: list[BaseException] = []
+
+    def guarded(job: Callable[[], object]) -> None:
+        try:
+            job()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(job,), daemon=True,
+                                name="regency-reshard-read") for job in jobs[1:]] if parallel \
+        else []
+    for t in threads:
+        t.start()
+    for job in jobs[:1] if parallel else jobs:
+        guarded(job)
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+def _place(plan: Plan, dst: Any, staging: Any) -> None:
+    """Copy each staged range's needed part into ``dst`` (on a GPU: finished on return)."""
     for r in plan.reads:
         if not r.staged:
             continue
         (_, at, n), = r.pieces
-        box = plan.staging[at:at + n].view(dst.dtype).reshape(r.box.shape)
+        box = staging[at:at + n].view(dst.dtype).reshape(r.box.shape)
         dst[r.overlap.relative_to(plan.block)] = box[r.overlap.relative_to(r.box)]
+    if kind(dst).startswith("torch:cuda"):
+        sys.modules["torch"].cuda.synchronize(dst.device)
+
+
+def _bytes_view(dst: Any) -> Any:
+    if kind(dst) != "numpy":
+        import torch
+
+        return dst.reshape(-1).view(torch.uint8)
+    return dst.reshape(-1).view("uint8")

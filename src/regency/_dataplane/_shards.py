@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,6 +36,9 @@ def dtype_name(obj: Any) -> tuple[str, int]:
         return str(obj.dtype).removeprefix("torch."), int(obj.element_size())
     np = sys.modules.get("numpy")
     if np is not None and isinstance(obj, np.ndarray):
+        if obj.dtype.byteorder not in ("=", "|"):
+            raise ValueError(f"arrays of non-native byte order ({obj.dtype.str}) cannot be "
+                             "resharded; convert first: a.astype(a.dtype.newbyteorder('='))")
         return obj.dtype.name, int(obj.itemsize)
     raise TypeError(f"expected a torch.Tensor or numpy.ndarray, got {type(obj).__name__}")
 
@@ -46,18 +50,20 @@ class TensorShard:
     tensor, or numpy array, of ``block.shape``) as the part ``block`` of a global tensor of
     ``shape``. Return it from an endpoint like any value: readers pass the shards of a
     tensor to :func:`regency.rdma.reshard_into`, which reads from each what their own block
-    needs, one-sidedly.
+    needs, one-sidedly. An empty block (more ranks than rows) is allowed: it holds nothing.
 
     Update the data in place inside ``with shard.updating():`` (each exit publishes the next
     version); readers then never keep a torn mix of two versions. ``drop()`` releases it.
     """
 
-    __slots__ = ("_data", "_word", "block", "buffer", "dtype", "itemsize", "shape",
+    __slots__ = ("_busy", "_data", "_word", "block", "buffer", "dtype", "itemsize", "shape",
                  "word_buffer")
     _word: memoryview | None
+    _busy: threading.Lock | None
+    buffer: RDMABuffer | None
 
     def __init__(self, data: Any, block: Block, shape: tuple[int, ...]) -> None:
-        shape = tuple(int(s) for s in shape)
+        shape = Block.whole(shape).shape  # integers, checked
         if not isinstance(block, Block):
             raise TypeError(f"block must be a regency.rdma.Block, got {type(block).__name__}")
         if not block.within(shape):
@@ -69,18 +75,19 @@ class TensorShard:
         local_region(data, writable=False, what="TensorShard")  # contiguous, CPU or CUDA
         self.block, self.shape = block, shape
         self._data = data
+        self._busy = threading.Lock()
         word = bytearray(8)
         self._word = memoryview(word).cast("Q")
-        self.buffer = RDMABuffer(_flat_bytes(data))
+        self.buffer = RDMABuffer(_flat_bytes(data)) if block.numel else None
         self.word_buffer = RDMABuffer(word)
 
     @classmethod
-    def _rebuild(cls, buffer: RDMABuffer, word: RDMABuffer, block: Block,
+    def _rebuild(cls, buffer: RDMABuffer | None, word: RDMABuffer, block: Block,
                  shape: tuple[int, ...], dtype: str, itemsize: int) -> TensorShard:
         self = object.__new__(cls)
         self.buffer, self.word_buffer, self.block, self.shape = buffer, word, block, shape
         self.dtype, self.itemsize = dtype, itemsize
-        self._data, self._word = None, None
+        self._data, self._word, self._busy = None, None, None
         return self
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -88,45 +95,59 @@ class TensorShard:
                                        self.dtype, self.itemsize))
 
     def __repr__(self) -> str:
-        owner = self.buffer.owner
+        owner = self.word_buffer.owner
         return (f"<TensorShard {self.block} of {self.dtype}{list(self.shape)} owned by "
                 f"pid {owner.pid} on {owner.hostname}>")
 
     @property
     def version(self) -> int:
-        """The version published last (owner only; 0 until the first ``updating()``)."""
+        """The version published last (in the owner; 0 until the first ``updating()``)."""
         return int(self._owned_word()[0]) // 2
 
     @contextlib.contextmanager
     def updating(self, version: int | None = None) -> Iterator[None]:
-        """Update the data in place in this block; its exit publishes ``version`` (default:
-        the current one plus 1). Readers meanwhile see the shard as changing, and retry.
+        """Update the data in place inside; a normal exit publishes ``version`` (default:
+        the current one plus 1), after the GPU work queued on the data's device is done.
+
+        Readers meanwhile see the shard as changing and read again. If the block raises,
+        nothing is published and the shard stays marked as changing (readers wait, and time
+        out saying so) until an update completes. Updates do not nest, and one thread at a
+        time updates a shard.
 
         Raises:
             ValueError: ``version`` is not above the current one.
+            RuntimeError: the shard is being updated already; or this is a handle, not the
+                object that registered the data.
         """
         word = self._owned_word()
-        current = int(word[0]) // 2
-        new = current + 1 if version is None else int(version)
-        if new <= current:
-            raise ValueError(f"TensorShard.updating: version {new} is not above the current "
-                             f"{current}")
-        word[0] = 2 * current + 1
+        assert self._busy is not None
+        if not self._busy.acquire(blocking=False):
+            raise RuntimeError("TensorShard.updating: the shard is being updated already "
+                               "(updates do not nest; one thread at a time updates a shard)")
         try:
-            yield
-        finally:
+            current = int(word[0]) // 2
+            new = current + 1 if version is None else int(version)
+            if new <= current:
+                raise ValueError(f"TensorShard.updating: version {new} is not above the "
+                                 f"current {current}")
+            word[0] = 2 * current + 1
+            yield  # an exception here leaves the word odd: nothing half-written is published
             _settle(self._data)
             word[0] = 2 * new
+        finally:
+            self._busy.release()
 
     def drop(self) -> None:
         """Release the registrations (from any holder); later reads fail."""
-        self.buffer.drop().get()
+        if self.buffer is not None:
+            self.buffer.drop().get()
         self.word_buffer.drop().get()
 
     def _owned_word(self) -> Any:
         if self._word is None:
-            raise RuntimeError("only the process that made a TensorShard can update it or "
-                               "read its version")
+            raise RuntimeError("this TensorShard is a handle (it was pickled): update it, "
+                               "and read its version, through the TensorShard object that "
+                               "registered the data")
         return self._word
 
 
@@ -139,7 +160,8 @@ def _flat_bytes(data: Any) -> Any:
 
 
 def _settle(data: Any) -> None:
-    """Wait for queued GPU work on ``data`` (its writes must land before the version does)."""
+    """Wait for the GPU work queued on ``data``'s device, on any stream (its writes must
+    land before the version does)."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(data, torch.Tensor) and data.device.type == "cuda":
-        torch.cuda.current_stream(data.device).synchronize()
+        torch.cuda.synchronize(data.device)

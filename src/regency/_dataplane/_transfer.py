@@ -61,6 +61,7 @@ after_device_copy: Callable[[], None] | None = None
 INLINE_BYTES = 1 << 20
 _MIN_PIECE = 32 << 20  # split vm/socket transfers into pieces no smaller than this
 _IOV_MAX = 1024  # iovecs one process_vm_readv takes (Linux's UIO_MAXIOV)
+_GATHER_BYTES = 256 << 20  # bytes one call of ranges moves at most (the kernel: ~2 GiB)
 
 
 def _env_int(name: str, default: int) -> int:
@@ -375,11 +376,12 @@ class _Job:
         self._vm_gather(pid, [(local, remote, self.nbytes)])
 
     def _vm_pieces(self, pid: int, remote: int, local: int, pieces: list[Piece]) -> None:
-        """Slot, up to 1,022 ranges, slot: one system call per batch."""
-        batch = _IOV_MAX - 2
-        for i in range(0, len(pieces), batch):
-            self._vm_gather(pid, [(local + at, remote + r, n)
-                                  for r, at, n in pieces[i:i + batch]])
+        """Slot, up to 1,022 ranges of at most ``_GATHER_BYTES`` in all, slot: one system
+        call per batch (the kernel copies at most about 2 GiB per call)."""
+        for batch in _batches(pieces, _IOV_MAX - 2, _GATHER_BYTES):
+            if time.monotonic() > self.deadline:
+                raise TimeoutError("the transfer did not finish in time")
+            self._vm_gather(pid, [(local + at, remote + r, n) for r, at, n in batch])
 
     def _vm_gather(self, pid: int, ranges: list[tuple[int, int, int]]) -> None:
         """Read ``(local, remote, n)`` ranges between two reads of the slot, in one call."""
@@ -433,6 +435,22 @@ class _Job:
             transfer(pool, address, secret, desc, op, view[lo:hi], desc.offset + lo, deadline)
 
         _in_pieces(piece, self.nbytes, _env_int("REGENCY_RDMA_STREAMS", _default_ways()))
+
+
+def _batches(pieces: list[Piece], count: int, nbytes: int) -> list[list[Piece]]:
+    """``pieces`` in batches of at most ``count`` ranges and ``nbytes`` bytes (a longer
+    piece is cut)."""
+    out: list[list[Piece]] = [[]]
+    room = nbytes
+    for r, at, n in pieces:
+        while n:
+            if len(out[-1]) == count or room == 0:
+                out.append([])
+                room = nbytes
+            take = min(n, room)
+            out[-1].append((r, at, take))
+            r, at, n, room = r + take, at + take, n - take, room - take
+    return [b for b in out if b]
 
 
 def _bytes_of(region: Region, nbytes: int, offset: int = 0) -> Any:
