@@ -19,6 +19,7 @@ import threading
 from .. import _observe as observe
 from .. import config
 from .._config_types import ChannelTransport, transport_name
+from .._debug._logs import serve_logs
 from .._debug._service import serve as serve_debugging
 from .._debug._stacks import serve_dumps
 from .._mesh import Extent, Point
@@ -74,6 +75,7 @@ def _start_controller() -> Runtime:
     rt.agent = HostAgent(rt)
     serve_debugging(rt)  # breakpoint() in procs pauses them; `regency debug` attaches
     serve_dumps(rt, rt.agent)  # stack dumps of this machine's procs
+    serve_logs(rt)  # the last lines of this machine's procs' log files
     _output.install()  # procs' output is written between the script's lines, not inside
     _dispatch.install(rt)
     api_state(rt).root_context = root_context_of(rt)

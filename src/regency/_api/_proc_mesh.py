@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import cloudpickle
 
 from .. import config
+from .._debug._logs import ProcLogs, collect_logs
 from .._debug._stacks import Stacks, collect
 from .._mesh import MeshTrait, Point, Shape
 from .._observe._progress import watch_spawn
@@ -253,6 +254,24 @@ class ProcMesh(MeshTrait):
         procs = [(self._mesh_name, i, self._proc_addrs[g], self._host_agents[g])
                  for i, g in enumerate(self._shape_.ranks())]
         return collect(runtime(), procs, timeout)
+
+    def logs(self, tail: int = 100, timeout: float = 5.0) -> ProcLogs:
+        """The last ``tail`` lines each proc of this mesh printed, read from its log file
+        where it runs (a regency extension; procs that exited and other hosts included).
+
+        Every line is there, whatever ``logging_option`` showed. ``str()`` of the result
+        shows one section per proc; ``.of(rank)`` or ``.of(gpus=1)`` one proc's lines.
+
+        Raises:
+            ValueError: ``tail`` is negative.
+        """
+        if int(tail) < 0:
+            raise ValueError(f"tail must be >= 0 lines, got {tail!r}")
+        ranks = self._shape_.ranks()
+        procs = [(self._mesh_name, i, self._proc_addrs[g], self._host_agents[g])
+                 for i, g in enumerate(ranks)]
+        coords = [dict(Point(i, self._shape_.extent)) for i in range(len(ranks))]
+        return collect_logs(runtime(), procs, coords, int(tail), timeout)
 
     # -- the tensor engine: regency._tensor, loaded on first use (it imports torch) --------
     def activate(self) -> Any:

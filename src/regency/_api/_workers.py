@@ -22,6 +22,7 @@ from typing import Any
 import cloudpickle
 
 from .. import config
+from .._debug._logs import serve_logs
 from .._debug._stacks import serve_dumps
 from .._mesh import Shape
 from .._runtime import _current
@@ -159,6 +160,7 @@ def run_worker_loop_forever(address: str = "tcp://0.0.0.0:26600",
     asyncio.set_event_loop(rt.loop)
     agent = HostAgent(rt)
     serve_dumps(rt, agent)  # stack dumps of this machine's procs
+    serve_logs(rt)  # the last lines of this machine's procs' log files
     agent.advertise_host = advertise or _advertised_host(addr.host)
     rt.agent = agent
     _dispatch.install(rt)

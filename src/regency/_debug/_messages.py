@@ -24,6 +24,10 @@ __all__ = [
     "DebugSource",
     "DebugSourceAsk",
     "DebugStart",
+    "DumpStacks",
+    "ReadLogs",
+    "StacksAsk",
+    "StacksSay",
 ]
 
 
@@ -152,6 +156,18 @@ class DumpStacks(SystemMessage):
     addrs: list[str]
     port: tuple[str, int]
     timeout: float
+
+
+# -- log tails ------------------------------------------------------------------------------------
+@system_message("read_logs")
+@dataclass(slots=True)
+class ReadLogs(SystemMessage):
+    """To a host agent: the last ``tail`` lines of these procs' log files; answer
+    ``{addr: (path, lines)}`` (the lines as in the file: ``"! "`` marks stderr)."""
+
+    addrs: list[str]
+    port: tuple[str, int]
+    tail: int
 
 
 @system_message("stacks_ask")

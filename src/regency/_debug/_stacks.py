@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._runtime._aggregate import ranges
-from .._runtime._pickling import loads
-from .._wire._messages import OK, Reply
+from .._wire._messages import OK
+from ._agents import ProcRef, ask_agents
 from ._dumps import dump_pids, forget
 from ._messages import DumpStacks
 
@@ -152,38 +152,12 @@ def serve_dumps(rt: Runtime, agent: HostAgent) -> None:
 
 
 # -- the controller's side -------------------------------------------------------------------------
-def collect(rt: Runtime, procs: list[tuple[str, int, str, str]], timeout: float = 1.0
-            ) -> Stacks:
+def collect(rt: Runtime, procs: list[ProcRef], timeout: float = 1.0) -> Stacks:
     """The stacks of ``procs`` (mesh name, rank, proc address, host agent), blocking."""
-    by_agent: dict[str, list[str]] = {}
-    who: dict[str, tuple[str, int]] = {}
-    for mesh, rank, addr, agent in procs:
-        by_agent.setdefault(agent, []).append(addr)
-        who[addr] = (mesh, rank)
-    answers: dict[str, str] = {}
-    done = threading.Event()
-    left = [len(by_agent)]
-    lock = threading.Lock()
-
-    def on_reply(reply: Reply, frame: list[memoryview]) -> None:
-        value: Any = loads(frame[1], frame[2:])
-        with lock:
-            if reply.status == OK and isinstance(value, dict):
-                answers.update(value)
-            left[0] -= 1
-            if left[0] <= 0:
-                done.set()
-
-    port = rt.open_port(on_reply, frozenset(by_agent))
-    try:
-        for agent, addrs in by_agent.items():
-            rt.send_sys(agent, DumpStacks(addrs, (rt.contact, port), timeout))
-        if by_agent:
-            done.wait(timeout + 2.0)
-    finally:
-        rt.close_port(port)
+    answers = ask_agents(rt, procs, lambda addrs, port: DumpStacks(addrs, port, timeout),
+                         timeout + 2.0)
     stacks = Stacks()
-    for addr, (mesh, rank) in who.items():
+    for mesh, rank, addr, _ in procs:
         text = answers.get(addr)
         threads = parse_dump(mesh, rank, text) if text else []
         if threads:

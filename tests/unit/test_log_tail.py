@@ -1,0 +1,45 @@
+"""``_debug._logs.tail_lines``: the last lines of a file, read backwards in blocks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from regency._debug import _logs
+from regency._debug._logs import ProcLog, ProcLogs, tail_lines
+
+LINES = st.lists(st.text(alphabet=st.characters(blacklist_categories=["Cs"],
+                                                blacklist_characters="\n\r\x0b\x0c\x1c\x1d"
+                                                                     "\x1e\x85\u2028\u2029"),
+                         max_size=30), max_size=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(LINES, st.integers(0, 50), st.sampled_from([1, 7, 64, 1 << 16]))
+def test_the_last_n_lines_whatever_the_block_size(tmp_path_factory, lines, n, block) -> None:
+    path = tmp_path_factory.mktemp("tail") / "proc.log"
+    path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    old, _logs._BLOCK = _logs._BLOCK, block
+    try:
+        assert tail_lines(path, n) == (lines[-n:] if n else [])
+    finally:
+        _logs._BLOCK = old
+
+
+def test_a_missing_file_has_no_lines(tmp_path: Path) -> None:
+    assert tail_lines(tmp_path / "none.log", 5) == []
+
+
+def test_one_procs_lines_by_rank_or_coordinates() -> None:
+    logs = ProcLogs([ProcLog("m", 0, {"gpus": 0}, "h", "/p0", ["  a", "! b"]),
+                     ProcLog("m", 1, {"gpus": 1}, "h", "/p1", ["  c"])], {2: "no answer"})
+    assert logs.of(0) == ["a", "b"] and logs.of(gpus=1) == ["c"]
+    assert [log.stderr for log in logs] == [["b"], []]
+    assert str(logs).splitlines()[:3] == ["== m {'gpus': 0}: last 2 lines of /p0 (on h) ==",
+                                          "a", "! b"]
+    assert "== rank 2: no answer ==" in str(logs)
+    with pytest.raises(KeyError, match="no lines of the proc at 2: no answer"):
+        logs.of(2)
