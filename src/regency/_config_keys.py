@@ -42,6 +42,10 @@ REGENCY_KEYS: dict[str, Key] = {k.name: k for k in (
     _key("enable_log_forwarding", "bool", True,
          "forward procs' stdout/stderr to the controller (Monarch's default is False)"),
     _key("prefix_with_rank", "bool", True, "prefix forwarded lines with the proc's rank"),
+    _key("output_json", "bool", False,
+         "show forwarded lines as JSON objects, one per line: mesh, coords, stream, line, "
+         "ts (alike lines aggregated by logging_option: procs and count instead of mesh "
+         "and coords)"),
     _key("order_output", "bool", True,
          "what a proc printed shows before the result of the call it answered: a "
          "this_host() proc's reply waits until its lines are read; a worker's proc sends "

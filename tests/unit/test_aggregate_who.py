@@ -49,3 +49,16 @@ def test_a_window_shows_each_group_once_with_its_procs() -> None:
         _aggregate._options.pop("m", None)
     assert written == [("3 similar lines from m {'gpus': 0-2}", "stdout", ["loss 0"]),
                        ("m {'gpus': 1}", "stdout", ["only me"])]
+
+
+def test_a_line_as_json_says_who_printed_it() -> None:
+    import json
+
+    from regency._runtime._aggregate import as_json
+
+    one = json.loads(as_json("talkers {'gpus': 1}", "stderr", 'say "hi" é', 12.5))
+    assert one == {"mesh": "talkers", "coords": {"gpus": 1}, "stream": "stderr",
+                   "line": 'say "hi" é', "ts": 12.5}
+    many = json.loads(as_json("8 similar lines from talkers {'procs': 0-7}", "stdout", "x", 1))
+    assert many["procs"] == "talkers {'procs': 0-7}" and many["count"] == 8
+    assert json.loads(as_json("anon", "stdout", "x", 1))["coords"] is None

@@ -17,6 +17,7 @@ Per proc mesh (by its name, the first word of each line's ``[label]``):
 from __future__ import annotations
 
 import ast
+import json
 import logging
 import re
 import threading
@@ -145,6 +146,28 @@ def ranges(values: Iterable[int]) -> str:
         else:
             runs.append([v, v])
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+_SIMILAR = re.compile(r"(\d+) similar lines from (.*)", re.S)
+
+
+def as_json(label: str, kind: str, text: str, now: float) -> str:
+    """One forwarded line as a JSON object (``output_json``): ``mesh`` and ``coords`` of the
+    proc that printed it, or, for alike lines shown once, ``procs`` and ``count``; then
+    ``stream`` ("stdout"/"stderr"), ``line`` and ``ts`` (seconds since the epoch)."""
+    similar = _SIMILAR.fullmatch(label)
+    record: dict[str, Any]
+    if similar is not None:
+        record = {"procs": similar.group(2), "count": int(similar.group(1))}
+    else:
+        mesh, _, coords = label.partition(" ")
+        try:
+            point = ast.literal_eval(coords) if coords else None
+        except (ValueError, SyntaxError):
+            point = coords
+        record = {"mesh": mesh, "coords": point}
+    record.update(stream=kind, line=text, ts=round(now, 6))
+    return json.dumps(record, ensure_ascii=False)
 
 
 def flush_all(write: Callable[[str, str, list[str]], None]) -> None:

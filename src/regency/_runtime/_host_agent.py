@@ -26,6 +26,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -102,9 +103,14 @@ def _later(delay: float, fn: Callable[[], None]) -> None:
 
 
 def _write_lines(label: str, kind: str, lines: list[str]) -> None:
-    prefix = f"[{label}] " if config.get("prefix_with_rank") else ""
+    if config.get("output_json"):
+        now = time.time()
+        text = "".join(_aggregate.as_json(label, kind, t, now) + "\n" for t in lines)
+    else:
+        prefix = f"[{label}] " if config.get("prefix_with_rank") else ""
+        text = "".join(f"{prefix}{t}\n" for t in lines)
     try:
-        held = _output.write_whole(kind, "".join(f"{prefix}{t}\n" for t in lines))
+        held = _output.write_whole(kind, text)
     except (OSError, ValueError):
         return
     guard = _output.guard(kind)
