@@ -26,7 +26,7 @@ from .._debug import _rank as _debug_rank
 from .._debug._dumps import arm as arm_stack_dumps
 from .._mesh import Point, Shape
 from .._ratelog import warnings_on_stderr
-from .._runtime import _current, _output_fence, _output_marks, _whole_lines
+from .._runtime import _current, _output_fence, _output_marks, _procbind, _whole_lines
 from .._runtime._descendants import GRACE_S, mark_forks
 from .._runtime._host_agent import AGENT_LOST_EXIT
 from .._runtime._loop_spin import LoopSpin
@@ -81,6 +81,7 @@ def _end_multiprocessing_children(grace: float = GRACE_S) -> None:
 
 def run_proc(spec: dict[str, Any]) -> int:
     """Serve as a proc described by ``spec``; returns the exit code."""
+    bind_error = _procbind.apply(spec.get("proc_bind"))  # first: the threads to come inherit it
     faulthandler.enable()  # a crash prints the Python stack to stderr, into the failure report
     warnings_on_stderr()  # regency's warnings here reach the controller's terminal
     config.configure(**spec.get("config", {}))
@@ -127,7 +128,7 @@ def run_proc(spec: dict[str, Any]) -> int:
     # (or the parent-death signal) says it is gone
     rt.peer_lost_hooks.append(lost)
     asyncio.set_event_loop(rt.loop)
-    return rt.loop.run_until_complete(_serve(rt, spec, stop))
+    return rt.loop.run_until_complete(_serve(rt, {**spec, "bind_error": bind_error}, stop))
 
 
 def _host_agent_lost(rt: Runtime, exc: BaseException | None) -> None:
@@ -152,7 +153,7 @@ async def _serve(rt: Runtime, spec: dict[str, Any], stop: asyncio.Event) -> int:
     if observe.enabled():
         observe.start_proc(rt, spec)
     api_state(rt).root_context = root_context_of(rt)
-    error = await _bootstrap(rt, spec)
+    error = spec.get("bind_error") or await _bootstrap(rt, spec)
     if error is not None:
         rt.bootstrap_error = error  # actors spawned here fail, saying why
     rt.send_sys(spec["host_agent"], ProcReady(rt.address, os.getpid(), error, rt.bound_address))

@@ -21,6 +21,7 @@ from .._debug._logs import ProcLogs, collect_logs
 from .._debug._stacks import Stacks, collect
 from .._mesh import MeshTrait, Point, Shape
 from .._observe._progress import watch_spawn
+from .._runtime import _procbind
 from .._runtime._aggregate import Options, set_options
 from .._runtime._completion import Completion
 from .._runtime._pickling import describe_unpicklable, dumps, dumps_inband
@@ -457,7 +458,10 @@ class HostMesh(MeshTrait):
         directory and ``sys.path``; ``bootstrap`` runs in each before any actor.
         ``bootstrap_command`` (one ``BootstrapCommand``, or a function of each proc's
         ``Point`` returning one) makes the procs ``exec`` that program instead, as Monarch's
-        does; see ``default_bootstrap_cmd()``.
+        does; see ``default_bootstrap_cmd()``. ``proc_bind``: one dict per proc of a host
+        (in order of its ``per_host`` coordinates) of ``cpus``/``physcpubind``,
+        ``cpunodebind`` and ``membind`` (lists such as ``"0-3,8"``): the proc pins itself to
+        those CPUs and NUMA nodes before anything else runs in it.
         """
         per_host = dict(per_host or {})
         clash = set(per_host) & set(self._shape_.labels)
@@ -474,6 +478,7 @@ class HostMesh(MeshTrait):
         n_local = 1
         for size in per_host.values():
             n_local *= size
+        binds = _procbind.check(proc_bind, n_local) if proc_bind is not None else None
         addrs: list[str] = []
         agents: list[str] = []
         requests: dict[str, list[dict[str, Any]]] = {}
@@ -488,6 +493,8 @@ class HostMesh(MeshTrait):
                 command = self._command_for(bootstrap_command, shape.point(rank))
                 if command is not None:
                     entry["command"] = command
+                if binds is not None and binds[i]:
+                    entry["proc_bind"] = binds[i]
                 requests.setdefault(agent, []).append(entry)
         st = _state(uid, len(addrs))
         record = ProcMeshRecord(st, addrs, agents, _owner_uid(), name, shape)

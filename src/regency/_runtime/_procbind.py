@@ -1,0 +1,154 @@
+"""``spawn_procs(proc_bind=...)``: pin each proc to CPUs and NUMA memory, as Monarch's does.
+
+Monarch hands each proc's dict to ``numactl``/``taskset``; regency's procs start from a fork
+server, so a proc applies its own binding first thing, before it starts a thread (threads
+inherit it): ``cpus``/``physcpubind`` (a CPU list, ``"0-3,8"``) and ``cpunodebind`` (NUMA
+nodes, whose CPUs are read from ``/sys``) through ``sched_setaffinity``; ``membind`` (NUMA
+nodes) through the ``set_mempolicy`` system call (``MPOL_BIND``). No library is needed.
+
+:func:`check` runs in the controller (what can be checked anywhere: keys and syntax); what
+only the proc's host knows (does CPU 7 exist there?) fails in the proc, and the proc's
+actors fail saying why.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ._aggregate import ranges
+
+__all__ = ["KEYS", "apply", "check", "parse_list"]
+
+KEYS = ("cpunodebind", "membind", "physcpubind", "cpus")
+_NODES = Path("/sys/devices/system/node")
+_MPOL_BIND = 2
+_SET_MEMPOLICY = {"x86_64": 238, "aarch64": 237}  # the system call's number
+
+
+def parse_list(text: Any, what: str) -> set[int]:
+    """``"0-3,8"`` (numactl's list syntax; an int is one item) as a set of ints.
+
+    Raises:
+        ValueError: not such a list.
+    """
+    out: set[int] = set()
+    for part in str(text).replace(" ", "").split(","):
+        lo, dash, hi = part.partition("-")
+        try:
+            first, last = int(lo), int(hi if dash else lo)
+        except ValueError:
+            raise ValueError(f"proc_bind {what}={text!r}: expected a list such as '0-3,8'"
+                             ) from None
+        if first < 0 or last < first:
+            raise ValueError(f"proc_bind {what}={text!r}: {part!r} is not a range")
+        out.update(range(first, last + 1))
+    return out
+
+
+def check(binds: Any, procs_per_host: int) -> list[dict[str, str]]:
+    """``spawn_procs``'s ``proc_bind``, checked where it is given: one dict per proc of a
+    host, of known keys and list values.
+
+    Raises:
+        ValueError, TypeError: what is wrong, in Monarch's words where it has some.
+    """
+    if isinstance(binds, (str, bytes, Mapping)) or not isinstance(binds, Sequence):
+        raise TypeError(f"proc_bind must be a list of dicts, one per proc of a host, got "
+                        f"{type(binds).__name__}")
+    if len(binds) != procs_per_host:
+        raise ValueError(f"proc_bind length ({len(binds)}) must equal procs_per_host "
+                         f"({procs_per_host})")
+    out = []
+    for i, bind in enumerate(binds):
+        if not isinstance(bind, Mapping):
+            raise TypeError(f"proc_bind[{i}] must be a dict, got {type(bind).__name__}")
+        unknown = sorted(set(bind) - set(KEYS))
+        if unknown:
+            raise ValueError(f"proc_bind[{i}] has unknown key(s) {unknown}; known: "
+                             f"{', '.join(KEYS)}")
+        if "cpus" in bind and "physcpubind" in bind:
+            raise ValueError(f"proc_bind[{i}]: give 'cpus' or 'physcpubind', not both")
+        for key, value in bind.items():
+            parse_list(value, key)
+        out.append({str(k): str(v) for k, v in bind.items()})
+    return out
+
+
+def apply(bind: Mapping[str, str] | None) -> str | None:
+    """Apply this proc's binding to the calling thread (and the threads it starts later).
+
+    Returns why it could not, in words (None when it did, or there is none)."""
+    if not bind:
+        return None
+    try:
+        cpus = _cpus_of(bind)
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)
+        if "membind" in bind:
+            _membind(parse_list(bind["membind"], "membind"))
+    except (ValueError, OSError) as exc:
+        return f"proc_bind {dict(bind)} cannot be applied on this host: {exc}"
+    return None
+
+
+def _cpus_of(bind: Mapping[str, str]) -> set[int] | None:
+    """The CPUs the binding allows (None: it does not restrict CPUs)."""
+    cpus: set[int] | None = None
+    for key in ("cpus", "physcpubind"):
+        if key in bind:
+            cpus = parse_list(bind[key], key)
+    if "cpunodebind" in bind:
+        on_nodes: set[int] = set()
+        for node in sorted(parse_list(bind["cpunodebind"], "cpunodebind")):
+            on_nodes |= _node_cpus(node)
+        cpus = on_nodes if cpus is None else cpus & on_nodes
+        if not cpus:
+            raise ValueError("its CPUs and its nodes' CPUs have none in common")
+    if cpus is not None:
+        have = os.sched_getaffinity(0)
+        missing = sorted(cpus - have)
+        if missing:
+            raise ValueError(f"CPU(s) {ranges(missing)} are not available here (this "
+                             f"process may use {ranges(sorted(have))})")
+    return cpus
+
+
+def _node_cpus(node: int) -> set[int]:
+    path = _NODES / f"node{node}" / "cpulist"
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        raise ValueError(f"NUMA node {node} does not exist here ({_nodes_text()})") from None
+    return parse_list(text, f"node{node}") if text else set()
+
+
+def _nodes_text() -> str:
+    try:
+        return "nodes " + (_NODES / "online").read_text().strip()
+    except OSError:
+        return "no NUMA information in /sys"
+
+
+def _membind(nodes: set[int]) -> None:
+    """``set_mempolicy(MPOL_BIND, nodes)`` for the calling thread."""
+    number = _SET_MEMPOLICY.get(platform.machine())
+    if number is None:
+        raise ValueError(f"membind is not supported on {platform.machine()}")
+    for node in nodes:
+        if not (_NODES / f"node{node}").exists():
+            raise ValueError(f"NUMA node {node} does not exist here ({_nodes_text()})")
+    bits = 64
+    words = max(nodes) // bits + 1
+    mask = (ctypes.c_ulong * words)()
+    for node in nodes:
+        mask[node // bits] |= 1 << (node % bits)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(number, _MPOL_BIND, mask, ctypes.c_ulong(words * bits + 1)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"set_mempolicy(MPOL_BIND, {ranges(sorted(nodes))}): "
+                           f"{os.strerror(err)}")
