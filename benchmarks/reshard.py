@@ -35,32 +35,23 @@ import argparse
 import importlib
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # shared with the Ray side's venv
+from _reshard_common import COLS, GENERATORS, TRAINERS, reference, split, timed  # noqa: E402
 
 FRAMEWORK = os.environ.get("RESHARD_BENCH_FRAMEWORK", "regency")
 _actor = importlib.import_module(f"{FRAMEWORK}.actor")
 _rdma = importlib.import_module(f"{FRAMEWORK}.rdma")
 Actor: Any = _actor.Actor
 endpoint, this_host, current_rank = _actor.endpoint, _actor.this_host, _actor.current_rank
-COLS = 4096
-TRAINERS = 4
-GENERATORS = int(os.environ.get("RESHARD_BENCH_GENERATORS", "2"))
 VENVS = Path(__file__).resolve().parents[1] / ".bench-venvs"
 RAY_SCRIPT = Path(__file__).resolve().with_name("reshard_ray.py")
-
-
-def split(size: int, index: int, parts: int) -> tuple[int, int]:
-    """Near-equal part ``index`` of ``range(size)`` (as ``numpy.array_split``)."""
-    small, extra = divmod(size, parts)
-    start = index * small + min(index, extra)
-    return start, start + small + (1 if index < extra else 0)
 
 
 def as_bytes(a: np.ndarray) -> Any:
@@ -127,42 +118,19 @@ def parse_size(text: str) -> int:
 def measure(nbytes: int, runs: int) -> dict[str, float]:
     """ms per step of each way, with the reference interleaved, and each one's ratio."""
     rows = nbytes // (4 * COLS)
-    full = np.ones((rows, COLS), dtype=np.float32)
-    parts = [np.zeros((rows, COLS // GENERATORS), dtype=np.float32)
-             for _ in range(GENERATORS)]
-
-    def memcpy() -> None:
-        for i, h in enumerate(parts):
-            c0, c1 = split(COLS, i, GENERATORS)
-            h[:] = full[:, c0:c1]
-
     host = this_host()
     tp = host.spawn_procs(per_host={"gpus": TRAINERS})
     gp = host.spawn_procs(per_host={"gpus": GENERATORS})
     trainers = tp.spawn("trainer", Trainer, rows)
     generators = gp.spawn("generator", Generator, rows)
     handles = list(trainers.handles.call().get().values())
-    ops: dict[str, Any] = {"memcpy": memcpy,
+    ops: dict[str, Any] = {"memcpy": reference(rows),
                            "whole": lambda: generators.pull_whole.call(handles).get()}
     if FRAMEWORK == "regency":
         ops["reshard"] = lambda: generators.pull_reshard.call(handles).get()
-    times: dict[str, list[float]] = {name: [] for name in ops}
-    print(f"{FRAMEWORK} {nbytes >> 20} MiB: {runs} rounds of {', '.join(ops)}",
-          file=sys.stderr, flush=True)
-    for fn in ops.values():
-        fn()  # warm-up: connections, page tables, plans
-    for _ in range(runs):
-        for name, fn in ops.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
+    row = timed(f"{FRAMEWORK} {nbytes >> 20} MiB", ops, runs, nbytes)
     tp.stop().get()
     gp.stop().get()
-    row = {}
-    for name, ts in times.items():
-        row[f"{name} ms"] = 1e3 * statistics.median(ts)
-        row[f"{name} GB/s"] = nbytes / statistics.median(ts) / 1e9
-        row[f"{name} x"] = statistics.median(m / t for m, t in zip(times["memcpy"], ts))
     return row
 
 

@@ -17,23 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 from typing import Any
 
 import numpy as np
 import ray
 
-COLS = 4096
-TRAINERS = 4
-GENERATORS = int(os.environ.get("RESHARD_BENCH_GENERATORS", "2"))
-
-
-def split(size: int, index: int, parts: int) -> tuple[int, int]:
-    small, extra = divmod(size, parts)
-    start = index * small + min(index, extra)
-    return start, start + small + (1 if index < extra else 0)
+from _reshard_common import COLS, GENERATORS, TRAINERS, reference, split, timed
 
 
 @ray.remote(num_cpus=0)
@@ -70,35 +60,14 @@ def main() -> int:
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     trainers = [Trainer.remote(rows, r) for r in range(TRAINERS)]
     generators = [Generator.remote(rows, r) for r in range(GENERATORS)]
-    full = np.ones((rows, COLS), dtype=np.float32)
-    parts = [np.zeros((rows, COLS // GENERATORS), dtype=np.float32)
-             for _ in range(GENERATORS)]
-
-    def memcpy() -> None:
-        for i, h in enumerate(parts):
-            c0, c1 = split(COLS, i, GENERATORS)
-            h[:] = full[:, c0:c1]
 
     def step() -> None:
         refs = [t.block.remote() for t in trainers]
         ray.get([g.pull.remote(refs) for g in generators])
 
-    ops = {"memcpy": memcpy, "object store": step}
-    for fn in ops.values():
-        fn()
-    times: dict[str, list[float]] = {name: [] for name in ops}
-    print(f"ray {args.size >> 20} MiB: {args.runs} rounds", file=sys.stderr, flush=True)
-    for _ in range(args.runs):
-        for name, fn in ops.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
+    row = timed(f"ray {args.size >> 20} MiB", {"memcpy": reference(rows),
+                                               "object store": step}, args.runs, args.size)
     ray.shutdown()
-    row = {}
-    for name, ts in times.items():
-        row[f"{name} ms"] = 1e3 * statistics.median(ts)
-        row[f"{name} GB/s"] = args.size / statistics.median(ts) / 1e9
-        row[f"{name} x"] = statistics.median(m / t for m, t in zip(times["memcpy"], ts))
     print(json.dumps(row))
     return 0
 
