@@ -25,7 +25,7 @@ __all__ = ["ShardVersionError", "TensorShard", "dtype_name"]
 
 
 class ShardVersionError(RDMAError):
-    """A shard was not at the version asked for, or kept changing while it was read."""
+    """A shard is already past the version a read asked for."""
 
 
 def dtype_name(obj: Any) -> tuple[str, int]:

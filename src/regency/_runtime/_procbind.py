@@ -92,7 +92,7 @@ def apply(bind: Mapping[str, str] | None) -> str | None:
         if "membind" in bind:
             _membind(parse_list(bind["membind"], "membind"))
     except (ValueError, OSError) as exc:
-        return f"proc_bind {dict(bind)} cannot be applied on this host: {exc}"
+        return f"error creating proc: proc_bind {dict(bind)} cannot be applied on this host: {exc}"
     return None
 
 
