@@ -44,8 +44,8 @@ REGENCY_KEYS: dict[str, Key] = {k.name: k for k in (
     _key("prefix_with_rank", "bool", True, "prefix forwarded lines with the proc's rank"),
     _key("output_json", "bool", False,
          "show forwarded lines as JSON objects, one per line: mesh, coords, stream, line, "
-         "ts (alike lines aggregated by logging_option: procs and count instead of mesh "
-         "and coords)"),
+         "ts (alike lines aggregated by logging_option: count and procs, a list of "
+         "{mesh, coords}, instead of mesh and coords)"),
     _key("order_output", "bool", True,
          "what a proc printed shows before the result of the call it answered: a "
          "this_host() proc's reply waits until its lines are read; a worker's proc sends "

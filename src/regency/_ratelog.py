@@ -106,10 +106,21 @@ def _on_stderr(name: str) -> logging.Logger:
 
 
 class _UnlessConfigured(logging.Filter):
-    """Passes a record only while the program has no logging set-up of its own."""
+    """Passes a record only where no other handler would take it: none on its logger or
+    the loggers it propagates to (the root included), but this one and ``NullHandler``s."""
+
+    def __init__(self, mine: logging.Handler) -> None:
+        super().__init__()
+        self.mine = mine
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not logging.getLogger().handlers
+        logger: logging.Logger | None = logging.getLogger(record.name)
+        while logger is not None:
+            if any(h is not self.mine and not isinstance(h, logging.NullHandler)
+                   for h in logger.handlers):
+                return False
+            logger = logger.parent if logger.propagate else None
+        return True
 
 
 def warnings_on_stderr(name: str = "regency") -> None:
@@ -123,7 +134,7 @@ def warnings_on_stderr(name: str = "regency") -> None:
     handler = _Stderr()
     handler.setLevel(logging.WARNING)
     handler.setFormatter(logging.Formatter("%(message)s"))
-    handler.addFilter(_UnlessConfigured())
+    handler.addFilter(_UnlessConfigured(handler))
     logging.getLogger(name).addHandler(handler)
 
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+import signal
 import threading
 
 import pytest
 
+import regency.actor as ra
 from regency.actor import Actor, endpoint, this_host
 from regency.errors import SupervisionError
 
@@ -28,6 +30,10 @@ class Where(Actor):
         t.start()
         t.join()
         return sorted(os.sched_getaffinity(0)), seen[0]
+
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
 
     @endpoint
     def mempolicy(self) -> tuple[int, int]:
@@ -74,6 +80,25 @@ def test_what_cannot_be_applied_fails_the_procs_actors(unhandled_failures) -> No
                                                    rf"{missing} are not available here"):
             procs.spawn("where", Where).cpus.call_one().get(timeout=T)
     finally:
+        procs.stop().get(timeout=T)
+
+
+def test_a_respawned_rank_keeps_its_binding() -> None:
+    first, last = CPUS[0], CPUS[-1]
+    procs = this_host().spawn_procs(per_host={"gpus": 2},
+                                    proc_bind=[{"cpus": str(first)}, {"cpus": str(last)}])
+    seen: list[object] = []
+    before, ra.unhandled_fault_hook = ra.unhandled_fault_hook, seen.append
+    try:
+        where = procs.spawn("where", Where)
+        victim = where.slice(gpus=1).pid.call_one().get(timeout=T)
+        os.kill(victim, signal.SIGKILL)
+        with pytest.raises(SupervisionError):
+            where.slice(gpus=1).cpus.call_one().get(timeout=T)
+        assert procs.respawn() == [1]
+        assert where.slice(gpus=1).cpus.call_one().get(timeout=T) == ([last], [last])
+    finally:
+        ra.unhandled_fault_hook = before
         procs.stop().get(timeout=T)
 
 

@@ -24,7 +24,7 @@ class Talker(Actor):
 
 procs = this_host().spawn_procs(per_host={"gpus": 2}, name="talkers")
 procs.spawn("talker", Talker).talk.call().get()
-alike = this_host().spawn_procs(per_host={"gpus": 3}, name="alike")
+alike = this_host().spawn_procs(per_host={"gpus": 3}, name="alike procs")  # a space too
 asyncio.run(alike.logging_option(aggregate_window_sec=0.2))
 alike.spawn("talker", Talker).talk.call().get()
 alike.stop().get()
@@ -47,11 +47,13 @@ def test_forwarded_lines_are_json_objects(tmp_path) -> None:
         warned = [r for r in err if r.get("mesh") == "talkers"]
         assert len(warned) == 2 and warned[0]["stream"] == "stderr", describe(run)
         assert warned[0]["line"] == "warning: slow"
-        grouped = [r for r in err if "procs" in r]
+        grouped = [{**r, "procs": sorted(r["procs"], key=lambda p: p["coords"]["gpus"])}
+                   for r in err if "procs" in r]
+        alike = [{"mesh": "alike procs", "coords": {"gpus": i}} for i in range(3)]
         assert [(r["count"], r["procs"], r["line"]) for r in grouped] == [
-            (3, "alike {'gpus': 0-2}", "warning: slow")], describe(run)
-        assert [(r["count"], r["procs"]) for r in out if "procs" in r] == [
-            (3, "alike {'gpus': 0-2}")], describe(run)
+            (3, alike, "warning: slow")], describe(run)
+        assert [(r["count"], sorted(r["procs"], key=lambda p: p["coords"]["gpus"]))
+                for r in out if "procs" in r] == [(3, alike)], describe(run)
         assert "done" in run.stdout.splitlines()  # the controller's own lines stay as they are
     finally:
         kill_tagged(run.tag)

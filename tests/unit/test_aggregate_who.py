@@ -34,7 +34,7 @@ def test_ranges_name_every_value_and_no_other(values: set[int]) -> None:
 
 
 def test_a_window_shows_each_group_once_with_its_procs() -> None:
-    written: list[tuple[str, str, list[str]]] = []
+    written: list[tuple[Any, ...]] = []
     flushes: list[Any] = []
     _aggregate.set_options("m", _aggregate.Options(window=5.0))
     try:
@@ -47,8 +47,10 @@ def test_a_window_shows_each_group_once_with_its_procs() -> None:
         flushes[0]()
     finally:
         _aggregate._options.pop("m", None)
-    assert written == [("3 similar lines from m {'gpus': 0-2}", "stdout", ["loss 0"]),
-                       ("m {'gpus': 1}", "stdout", ["only me"])]
+    members = [f"m {{'gpus': {rank}}}" for rank in range(3)]
+    assert written == [("3 similar lines from m {'gpus': 0-2}", "stdout", ["loss 0"],
+                        (3, members)),
+                       ("m {'gpus': 1}", "stdout", ["only me"], None)]
 
 
 def test_a_line_as_json_says_who_printed_it() -> None:
@@ -59,6 +61,22 @@ def test_a_line_as_json_says_who_printed_it() -> None:
     one = json.loads(as_json("talkers {'gpus': 1}", "stderr", 'say "hi" é', 12.5))
     assert one == {"mesh": "talkers", "coords": {"gpus": 1}, "stream": "stderr",
                    "line": 'say "hi" é', "ts": 12.5}
-    many = json.loads(as_json("8 similar lines from talkers {'procs': 0-7}", "stdout", "x", 1))
-    assert many["procs"] == "talkers {'procs': 0-7}" and many["count"] == 8
+    labels = [f"talkers {{'procs': {i}}}" for i in range(3)]
+    many = json.loads(as_json("3 similar lines ...", "stdout", "x", 1, (4, labels)))
+    assert many["count"] == 4 and many["procs"] == [
+        {"mesh": "talkers", "coords": {"procs": i}} for i in range(3)]
     assert json.loads(as_json("anon", "stdout", "x", 1))["coords"] is None
+    again = json.loads(as_json("my mesh {'gpus': 1} (respawned)", "stdout", "x", 1))
+    assert again["mesh"] == "my mesh" and again["coords"] == {"gpus": 1}
+    assert again["respawned"] is True
+
+
+def test_labels_of_meshes_whose_names_have_spaces() -> None:
+    from regency._runtime._aggregate import split_label
+
+    assert split_label("my mesh {'gpus': 0}") == ("my mesh", {"gpus": 0}, "")
+    assert split_label("t {'a': 1, 'b': 2} (respawned)") == ("t", {"a": 1, "b": 2},
+                                                             "(respawned)")
+    assert split_label("anon") == ("anon", None, "")
+    assert split_label("odd label") == ("odd", None, "")  # no coordinates: the first word
+    assert who(["my mesh {'gpus': 0}", "my mesh {'gpus': 1}"]) == "my mesh {'gpus': 0-1}"

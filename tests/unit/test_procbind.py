@@ -23,6 +23,8 @@ def test_list_syntax() -> None:
         parse_list("a", "cpus")
     with pytest.raises(ValueError, match="'3-1' is not a range"):
         parse_list("3-1", "cpus")
+    with pytest.raises(ValueError, match="numbers above 65535 are not CPUs or nodes"):
+        parse_list("0-4294967295", "cpus")  # a typo: refused, not expanded
 
 
 def test_one_known_dict_per_proc_of_a_host() -> None:

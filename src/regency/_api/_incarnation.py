@@ -12,7 +12,7 @@ name the dead proc (pass them again after a respawn).
 
 from __future__ import annotations
 
-__all__ = ["current", "generation", "replace", "resolve"]
+__all__ = ["current", "earlier", "generation", "replace", "resolve"]
 
 generation = 0
 _replaced: dict[str, str] = {}
@@ -23,6 +23,16 @@ def resolve(addr: str) -> str:
     while addr in _replaced:
         addr = _replaced[addr]
     return addr
+
+
+def earlier(addr: str) -> list[str]:
+    """The addresses that stood for ``addr``'s rank before the one standing for it now,
+    oldest first (none unless it was replaced)."""
+    out = []
+    while addr in _replaced:
+        out.append(addr)
+        addr = _replaced[addr]
+    return out
 
 
 def current(addrs: tuple[str, ...]) -> tuple[str, ...]:

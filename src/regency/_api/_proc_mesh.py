@@ -263,16 +263,22 @@ class ProcMesh(MeshTrait):
         Every line is there, whatever ``logging_option`` showed. ``str()`` of the result
         shows one section per proc; ``.of(rank)`` or ``.of(gpus=1)`` one proc's lines.
 
+        Ranks and coordinates are those of this mesh (a slice counts from 0). A respawned
+        rank's earlier procs are read too (``ProcLog.earlier``).
+
         Raises:
-            ValueError: ``tail`` is negative.
+            ValueError: ``tail`` is negative, or ``timeout`` not positive.
         """
         if int(tail) < 0:
             raise ValueError(f"tail must be >= 0 lines, got {tail!r}")
+        if not float(timeout) > 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
         ranks = self._shape_.ranks()
         procs = [(self._mesh_name, i, self._proc_addrs[g], self._host_agents[g])
                  for i, g in enumerate(ranks)]
         coords = [dict(Point(i, self._shape_.extent)) for i in range(len(ranks))]
-        return collect_logs(runtime(), procs, coords, int(tail), timeout)
+        earlier = [_incarnation.earlier(self._addrs_made[g]) for g in ranks]
+        return collect_logs(runtime(), procs, coords, earlier, int(tail), float(timeout))
 
     # -- the tensor engine: regency._tensor, loaded on first use (it imports torch) --------
     def activate(self) -> Any:
@@ -482,6 +488,7 @@ class HostMesh(MeshTrait):
         addrs: list[str] = []
         agents: list[str] = []
         requests: dict[str, list[dict[str, Any]]] = {}
+        entries: dict[int, dict[str, Any]] = {}
         for h, hg in enumerate(self._shape_.ranks()):
             agent = self._agents[hg]
             for i in range(n_local):
@@ -496,8 +503,11 @@ class HostMesh(MeshTrait):
                 if binds is not None and binds[i]:
                     entry["proc_bind"] = binds[i]
                 requests.setdefault(agent, []).append(entry)
+                own = {k: v for k, v in entry.items() if k in ("command", "proc_bind")}
+                if own:
+                    entries[rank] = own
         st = _state(uid, len(addrs))
-        record = ProcMeshRecord(st, addrs, agents, _owner_uid(), name, shape)
+        record = ProcMeshRecord(st, addrs, agents, _owner_uid(), name, shape, entries=entries)
         api_state(rt).proc_meshes[uid] = record
         spec = {"job": rt.job, "root": rt.root, "mesh_uid": uid,
                 "mesh_name": name, "shape": shape, "proc_addrs": tuple(addrs),

@@ -165,8 +165,8 @@ def _start_procs(procs: ProcMesh, record: Any, new: dict[int, str]) -> None:
     by_agent: dict[str, list[dict[str, Any]]] = {}
     for g, addr in new.items():
         label = f"{record.name} {dict(record.shape.point(g))} (respawned)"
-        by_agent.setdefault(record.agents[g], []).append({"addr": addr, "rank": g,
-                                                          "label": label})
+        by_agent.setdefault(record.agents[g], []).append(
+            {**record.entries.get(g, {}), "addr": addr, "rank": g, "label": label})
     for agent, entries in by_agent.items():
         if agent in rt.my_addresses:
             msg = m.SpawnProcs(entries, spec, rt.contact, procs._uid, dict(os.environ),

@@ -47,6 +47,8 @@ class ProcMeshRecord:
     name: str
     shape: Shape
     spec: dict[str, Any] | None = None  # the proc spec, to respawn a rank
+    entries: dict[int, dict[str, Any]] = field(default_factory=dict)  # rank -> what its
+    # spawn request had of its own (a bootstrap command, a proc_bind), to respawn it
     incarnations: dict[int, int] = field(default_factory=dict)  # rank -> respawns so far
 
 

@@ -101,26 +101,34 @@ def _run(plan: Plan, replan: Callable[[BaseException], Plan], dst: Any,
 
 
 def _execute(plan: Plan, dst: Any, version: int | None, deadline: float) -> int:
+    wait = _BACKOFF[0]
+    while True:
+        before = _words(plan.sources, deadline)
+        ready = _settled(plan.sources, before, version)
+        if ready is not None and _read_once(plan, dst, before, deadline):
+            return ready
+        if time.monotonic() + wait > deadline:
+            wanted = "one version" if version is None else f"version {version}"
+            raise TimeoutError(f"reshard_into: the shards did not settle on {wanted} in "
+                               f"time: {_versions_text(plan.sources, before)}")
+        time.sleep(wait)
+        wait = min(2 * wait, _BACKOFF[1])
+
+
+def _read_once(plan: Plan, dst: Any, before: list[int], deadline: float) -> bool:
+    """Read the data, and place it if the versions did not change meanwhile. The plan's
+    lock is held while it reads (its staging buffer is shared), not while a call waits
+    for a version."""
     if not plan.lock.acquire(timeout=max(deadline - time.monotonic(), 0)):
         raise TimeoutError(f"reshard_into of block {plan.block}: another call into the same "
-                           "block from the same shards held it until the deadline")
+                           "block from the same shards was reading until the deadline")
     try:
         staging = staging_of(plan, dst)
-        wait = _BACKOFF[0]
-        while True:
-            before = _words(plan.sources, deadline)
-            ready = _settled(plan.sources, before, version)
-            if ready is not None:
-                _move(plan, dst, staging, deadline)
-                if _words(plan.sources, deadline) == before:
-                    _place(plan, dst, staging)
-                    return ready
-            if time.monotonic() + wait > deadline:
-                wanted = "one version" if version is None else f"version {version}"
-                raise TimeoutError(f"reshard_into: the shards did not settle on {wanted} in "
-                                   f"time: {_versions_text(plan.sources, before)}")
-            time.sleep(wait)
-            wait = min(2 * wait, _BACKOFF[1])
+        _move(plan, dst, staging, deadline)
+        if _words(plan.sources, deadline) != before:
+            return False
+        _place(plan, dst, staging)
+        return True
     finally:
         plan.lock.release()
 

@@ -54,6 +54,29 @@ _lock = threading.Lock()
 _LEVELS = {"stdout": logging.INFO, "stderr": logging.WARNING}
 
 
+#: ``write(label, kind, lines, group)``: ``group``, for alike lines shown once, is how many
+#: there were and the labels of the procs that printed them (None for a proc's own lines).
+Group = tuple[int, list[str]]
+Write = Callable[[str, str, list[str], "Group | None"], None]
+
+_LABEL = re.compile(r"(?P<mesh>.*?) (?P<coords>\{[^{}]*\})(?P<note>.*)", re.S)
+
+
+def split_label(label: str) -> tuple[str, Any, str]:
+    """A proc's label, ``"<mesh name> {coords}[ (respawned)]"``, as ``(mesh, coords, note)``:
+    the coordinates as a dict; a mesh name may hold spaces. A label without coordinates
+    is its first word and None."""
+    found = _LABEL.fullmatch(label)
+    if found is not None:
+        try:
+            coords = ast.literal_eval(found.group("coords"))
+        except (ValueError, SyntaxError):
+            coords = None
+        if isinstance(coords, dict):
+            return found.group("mesh"), coords, found.group("note").strip()
+    return label.split(" ", 1)[0], None, ""
+
+
 def set_options(mesh: str, options: Options) -> None:
     """Set how the output of the proc mesh named ``mesh`` is shown."""
     with _lock:
@@ -61,12 +84,12 @@ def set_options(mesh: str, options: Options) -> None:
 
 
 def intercept(label: str, kind: str, lines: list[str],
-              write: Callable[[str, str, list[str]], None],
+              write: Write,
               later: Callable[[float, Callable[[], None]], None]) -> bool:
     """Apply the options of ``label``'s mesh. Returns True when the lines were dealt with
     here (hidden, or held for the window: ``later(delay, fn)`` schedules its flush, which
-    writes through ``write(label, kind, lines)``); False to write them as usual."""
-    mesh = label.split(" ", 1)[0]
+    writes through ``write``); False to write them as usual."""
+    mesh = split_label(label)[0]
     options = _options.get(mesh)
     if options is None:
         return False
@@ -93,7 +116,7 @@ def intercept(label: str, kind: str, lines: list[str],
     return True
 
 
-def _flush(mesh: str, write: Callable[[str, str, list[str]], None]) -> None:
+def _flush(mesh: str, write: Write) -> None:
     with _lock:
         window = _windows.pop(mesh, None)
     if window is None:
@@ -103,9 +126,9 @@ def _flush(mesh: str, write: Callable[[str, str, list[str]], None]) -> None:
         n = int(str(count))
         labels = list(window.labels[key])
         if n == 1:
-            write(labels[0], kind, [str(text)])
+            write(labels[0], kind, [str(text)], None)
         else:
-            write(f"{n} similar lines from {who(labels)}", kind, [str(text)])
+            write(f"{n} similar lines from {who(labels)}", kind, [str(text)], (n, labels))
 
 
 def who(labels: list[str]) -> str:
@@ -116,11 +139,7 @@ def who(labels: list[str]) -> str:
         return labels[0]
     meshes: dict[str, list[tuple[str, Any]]] = {}
     for label in labels:
-        mesh, _, coords = label.partition(" ")
-        try:
-            point = ast.literal_eval(coords) if coords else None
-        except (ValueError, SyntaxError):
-            point = None
+        mesh, point, _ = split_label(label)
         meshes.setdefault(mesh, []).append((label, point))
     return "; ".join(_procs_text(mesh, found) for mesh, found in meshes.items())
 
@@ -148,29 +167,29 @@ def ranges(values: Iterable[int]) -> str:
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
-_SIMILAR = re.compile(r"(\d+) similar lines from (.*)", re.S)
-
-
-def as_json(label: str, kind: str, text: str, now: float) -> str:
+def as_json(label: str, kind: str, text: str, now: float, group: Group | None = None) -> str:
     """One forwarded line as a JSON object (``output_json``): ``mesh`` and ``coords`` of the
-    proc that printed it, or, for alike lines shown once, ``procs`` and ``count``; then
+    proc that printed it (and ``respawned``: true for a respawned rank's proc), or, for
+    alike lines shown once, ``count`` and ``procs`` (each ``{mesh, coords}``); then
     ``stream`` ("stdout"/"stderr"), ``line`` and ``ts`` (seconds since the epoch)."""
-    similar = _SIMILAR.fullmatch(label)
     record: dict[str, Any]
-    if similar is not None:
-        record = {"procs": similar.group(2), "count": int(similar.group(1))}
+    if group is not None:
+        record = {"count": group[0], "procs": [_who_json(m) for m in group[1]]}
     else:
-        mesh, _, coords = label.partition(" ")
-        try:
-            point = ast.literal_eval(coords) if coords else None
-        except (ValueError, SyntaxError):
-            point = coords
-        record = {"mesh": mesh, "coords": point}
+        record = _who_json(label)
     record.update(stream=kind, line=text, ts=round(now, 6))
     return json.dumps(record, ensure_ascii=False)
 
 
-def flush_all(write: Callable[[str, str, list[str]], None]) -> None:
+def _who_json(label: str) -> dict[str, Any]:
+    mesh, coords, note = split_label(label)
+    out: dict[str, Any] = {"mesh": mesh, "coords": coords}
+    if "respawned" in note:
+        out["respawned"] = True
+    return out
+
+
+def flush_all(write: Write) -> None:
     """Show every held window now (the program is ending)."""
     for mesh in list(_windows):
         _flush(mesh, write)

@@ -90,7 +90,7 @@ def write_lines(label: str, kind: str, lines: list[str]) -> None:
     lines, never inside a line this process's own code is writing (see ``_output``)."""
     if _aggregate.intercept(label, kind, lines, _write_lines, _later):
         return  # hidden, or held for an aggregation window
-    _write_lines(label, kind, lines)
+    _write_lines(label, kind, lines, None)
 
 
 def _later(delay: float, fn: Callable[[], None]) -> None:
@@ -102,10 +102,11 @@ def _later(delay: float, fn: Callable[[], None]) -> None:
         timer.start()
 
 
-def _write_lines(label: str, kind: str, lines: list[str]) -> None:
+def _write_lines(label: str, kind: str, lines: list[str],
+                 group: _aggregate.Group | None) -> None:
     if config.get("output_json"):
         now = time.time()
-        text = "".join(_aggregate.as_json(label, kind, t, now) + "\n" for t in lines)
+        text = "".join(_aggregate.as_json(label, kind, t, now, group) + "\n" for t in lines)
     else:
         prefix = f"[{label}] " if config.get("prefix_with_rank") else ""
         text = "".join(f"{prefix}{t}\n" for t in lines)

@@ -22,9 +22,10 @@ from typing import Any
 
 from ._aggregate import ranges
 
-__all__ = ["KEYS", "apply", "check", "parse_list"]
+__all__ = ["KEYS", "MAX_ID", "apply", "check", "parse_list"]
 
 KEYS = ("cpunodebind", "membind", "physcpubind", "cpus")
+MAX_ID = 65535  # the largest CPU or node number taken (a typo must not fill the memory)
 _NODES = Path("/sys/devices/system/node")
 _MPOL_BIND = 2
 _SET_MEMPOLICY = {"x86_64": 238, "aarch64": 237}  # the system call's number
@@ -46,6 +47,9 @@ def parse_list(text: Any, what: str) -> set[int]:
                              ) from None
         if first < 0 or last < first:
             raise ValueError(f"proc_bind {what}={text!r}: {part!r} is not a range")
+        if last > MAX_ID:
+            raise ValueError(f"proc_bind {what}={text!r}: numbers above {MAX_ID} are not "
+                             "CPUs or nodes")
         out.update(range(first, last + 1))
     return out
 
@@ -88,34 +92,68 @@ def apply(bind: Mapping[str, str] | None) -> str | None:
     try:
         cpus = _cpus_of(bind)
         if cpus is not None:
-            os.sched_setaffinity(0, cpus)
+            _set_cpus(cpus)
         if "membind" in bind:
             _membind(parse_list(bind["membind"], "membind"))
     except (ValueError, OSError) as exc:
-        return f"error creating proc: proc_bind {dict(bind)} cannot be applied on this host: {exc}"
+        return (f"error creating proc: proc_bind {dict(bind)} cannot be applied on this "
+                f"host: {exc}")
     return None
 
 
 def _cpus_of(bind: Mapping[str, str]) -> set[int] | None:
-    """The CPUs the binding allows (None: it does not restrict CPUs)."""
+    """The CPUs the binding asks for (None: it does not restrict CPUs). A node's CPUs are
+    those of it this process may use (a job's cpuset may hold part of a node)."""
     cpus: set[int] | None = None
     for key in ("cpus", "physcpubind"):
         if key in bind:
             cpus = parse_list(bind[key], key)
     if "cpunodebind" in bind:
+        usable = _usable()
         on_nodes: set[int] = set()
         for node in sorted(parse_list(bind["cpunodebind"], "cpunodebind")):
-            on_nodes |= _node_cpus(node)
+            on_nodes |= _node_cpus(node) & usable
+        if not on_nodes:
+            raise ValueError(f"its nodes have no CPU this process may use "
+                             f"({ranges(sorted(usable))})")
         cpus = on_nodes if cpus is None else cpus & on_nodes
         if not cpus:
             raise ValueError("its CPUs and its nodes' CPUs have none in common")
-    if cpus is not None:
-        have = os.sched_getaffinity(0)
-        missing = sorted(cpus - have)
-        if missing:
-            raise ValueError(f"CPU(s) {ranges(missing)} are not available here (this "
-                             f"process may use {ranges(sorted(have))})")
     return cpus
+
+
+def _set_cpus(cpus: set[int]) -> None:
+    """Pin to ``cpus``, all of them or fail (the kernel would silently drop those outside
+    this process's cpuset)."""
+    try:
+        os.sched_setaffinity(0, cpus)
+        missing = sorted(cpus - os.sched_getaffinity(0))
+    except OSError:
+        missing = sorted(cpus - _usable())
+        if not missing:
+            raise
+    if missing:
+        raise ValueError(f"CPU(s) {ranges(missing)} are not available here (this process "
+                         f"may use {ranges(sorted(_usable()))})")
+
+
+def _usable() -> set[int]:
+    """The CPUs this process's cgroup lets it use (its cpuset), else every online CPU."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            path = next((line.split(":", 2)[2].strip() for line in f
+                         if line.startswith("0::")), None)
+        if path is not None:
+            text = (Path("/sys/fs/cgroup") / path.lstrip("/") / "cpuset.cpus.effective"
+                    ).read_text().strip()
+            if text:
+                return parse_list(text, "cpuset.cpus.effective")
+    except (OSError, ValueError):
+        pass
+    try:
+        return parse_list(Path("/sys/devices/system/cpu/online").read_text().strip(), "online")
+    except (OSError, ValueError):
+        return set(range(os.cpu_count() or 1))
 
 
 def _node_cpus(node: int) -> set[int]:

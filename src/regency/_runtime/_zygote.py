@@ -27,6 +27,7 @@ import socket
 import sys
 from typing import Any
 
+from . import _procbind
 from ._descendants import MARK, Endings, become_subreaper, new_mark, signal_pid
 from ._lifeline import set_parent_death_signal
 from ._whole_lines import flush_all
@@ -108,6 +109,8 @@ def _child(sock: socket.socket, wake: tuple[int, int], req: dict[str, Any], fds:
         sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
         sys.stderr.reconfigure(line_buffering=True)  # type: ignore[union-attr]
         _reseed()
+        _procbind.apply(req["spec"].get("proc_bind"))  # before a bootstrap command runs too
+        # (the proc applies it again, and reports what could not be applied)
         command = req["spec"].get("command")
         if command is not None:
             _exec(command, req)  # never returns
