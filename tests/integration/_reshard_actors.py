@@ -8,7 +8,6 @@ import threading
 from typing import Any
 
 import numpy as np
-import torch
 
 from regency.actor import Actor, current_rank, endpoint
 from regency.rdma import Block, TensorShard, reshard_into
@@ -31,12 +30,17 @@ def layout_block(shape: tuple[int, ...], splits: dict[str, int]) -> Block:
 
 
 class Owner(Actor):
-    """Holds its block of the global tensor (a torch tensor) and publishes it."""
+    """Holds its block of the global tensor (a numpy array, or a torch tensor with
+    ``as_torch``) and publishes it."""
 
-    def __init__(self, shape: tuple[int, ...], splits: dict[str, int], seed: int = 0) -> None:
+    def __init__(self, shape: tuple[int, ...], splits: dict[str, int], seed: int = 0,
+                 as_torch: bool = False) -> None:
         self.block = layout_block(shape, splits)
-        self.data = torch.from_numpy(np.ascontiguousarray(full_tensor(shape, seed)[
-            self.block.slices]))
+        self.data: Any = np.ascontiguousarray(full_tensor(shape, seed)[self.block.slices])
+        if as_torch:
+            import torch
+
+            self.data = torch.from_numpy(self.data)
         self.shard = TensorShard(self.data, self.block, shape)
         self.stop = threading.Event()
 
@@ -61,7 +65,7 @@ class Owner(Actor):
         """Set the block to ``v`` at every version ``v``, as fast as it can."""
         for _ in range(times):
             with self.shard.updating():
-                self.data.fill_(float(self.shard.version + 1))
+                self.data[...] = float(self.shard.version + 1)
         return self.shard.version
 
     @endpoint
@@ -77,8 +81,11 @@ class Reader(Actor):
              version: int | None = None, timeout: float = T, as_torch: bool = False,
              transport: str | None = None) -> tuple[int, np.ndarray]:
         block = layout_block(shape, splits)
-        dst: Any = (torch.zeros(block.shape) if as_torch
-                    else np.zeros(block.shape, dtype=np.float32))
+        dst: Any = np.zeros(block.shape, dtype=np.float32)
+        if as_torch:
+            import torch
+
+            dst = torch.from_numpy(dst)
         if transport is not None:
             os.environ["REGENCY_RDMA_TRANSPORT"] = transport
         try:

@@ -7,6 +7,7 @@ An example is a ``python`` code block right after a comment of the form::
 
 It runs as a whole program in a fresh directory; the test checks its exit status, that each
 ``stdout=``/``stderr=`` text appears in that stream, and that it left no process behind.
+``needs=MODULE`` skips it where that module (an extra, such as torch) is not installed.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class Example:
     exit: int = 0
     stdout: list[str] = field(default_factory=list)
     stderr: list[str] = field(default_factory=list)
+    needs: list[str] = field(default_factory=list)  # modules it imports beyond regency's
 
 
 def examples() -> list[Example]:
@@ -46,6 +48,8 @@ def examples() -> list[Example]:
                 ex.exit = int(value)
             elif key in ("stdout", "stderr"):
                 getattr(ex, key).append(value)
+            elif key == "needs":
+                ex.needs.append(value)
             else:
                 raise AssertionError(f"unknown attribute {key!r} in example {ex.name}")
         found.append(ex)
@@ -66,6 +70,8 @@ def test_the_page_has_its_examples() -> None:
 
 @pytest.mark.parametrize("ex", EXAMPLES, ids=[e.name for e in EXAMPLES])
 def test_example_runs_as_documented(tmp_path, ex: Example) -> None:
+    for module in ex.needs:
+        pytest.importorskip(module)
     run = run_failing(tmp_path, ex.code, prelude=False, name=f"{ex.name}.py", timeout=60)
     try:
         assert run.returncode == ex.exit, describe(run)
