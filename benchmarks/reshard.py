@@ -162,7 +162,10 @@ def main(argv: list[str] | None = None) -> int:
             rows["monarch"] = peer_row(
                 VENVS / "monarch/bin/python", [__file__, "--child", "--sizes", str(n),
                                                "--runs", str(args.runs)],
-                {**os.environ, "RESHARD_BENCH_FRAMEWORK": "monarch"})
+                {**os.environ, "RESHARD_BENCH_FRAMEWORK": "monarch",  # its procs import the
+                 "PYTHONPATH": os.pathsep.join(  # shared module by name, as this does
+                     [str(Path(__file__).resolve().parent),
+                      *filter(None, [os.environ.get("PYTHONPATH")])])})
         if args.ray:
             rows["ray"] = peer_row(VENVS / "ray/bin/python",
                                    [str(RAY_SCRIPT), "--size", str(n), "--runs",

@@ -5,8 +5,10 @@ What to read comes from a plan (:mod:`._reshard_plan`). A call runs on a thread 
 word (:mod:`._shards`), the data, and the words again, and keeps the data only when every
 word was even, the same, and unchanged; otherwise it reads again, backing off, until its
 deadline (counted from the call). The sources are read in parallel; a call waits for all
-of them, failed or not, before it ends. A failure evicts the plan; where the failed
-shard's owner is dead and a replica is left, the call is planned again and retried once.
+of them, failed or not, before it ends. A failed read evicts the plan; where the failed
+shard has a replica, the call is planned again without the failed owner and retried once
+(that plan is kept: the next calls read the replica too). Only a plan's reads are
+serialised (its staging buffer is shared), not calls waiting for a version.
 """
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
 """``spawn_procs(proc_bind=...)``: pin each proc to CPUs and NUMA memory, as Monarch's does.
 
 Monarch hands each proc's dict to ``numactl``/``taskset``; regency's procs start from a fork
-server, so a proc applies its own binding first thing, before it starts a thread (threads
-inherit it): ``cpus``/``physcpubind`` (a CPU list, ``"0-3,8"``) and ``cpunodebind`` (NUMA
-nodes, whose CPUs are read from ``/sys``) through ``sched_setaffinity``; ``membind`` (NUMA
-nodes) through the ``set_mempolicy`` system call (``MPOL_BIND``). No library is needed.
+server, so the forked child applies the binding before anything runs in it (a bootstrap
+command included: both survive ``exec``), and the proc again, first thing, before it starts
+a thread (threads inherit it): ``cpus``/``physcpubind`` (a CPU list, ``"0-3,8"``; any CPU
+the job's cpuset allows) and ``cpunodebind`` (NUMA nodes: their CPUs from ``/sys``, those
+of them the cpuset allows) through ``sched_setaffinity``; ``membind`` (NUMA nodes) through
+the ``set_mempolicy`` system call (``MPOL_BIND``). No library is needed.
 
 :func:`check` runs in the controller (what can be checked anywhere: keys and syntax); what
 only the proc's host knows (does CPU 7 exist there?) fails in the proc, and the proc's
