@@ -213,7 +213,7 @@ def _read(r: Read, into: Any, deadline: float) -> None:
     rt = runtime()
     region = local_region(into, writable=True, what="reshard_into")
     _about(r.shard, lambda: read_pieces(
-        desc, region, r.pieces, timeout=_left(deadline), secret=rt.secret,
+        desc, region, r.ranges, timeout=_left(deadline), secret=rt.secret,
         dead=lambda: rt.dead_addrs.get(desc.control)))
 
 

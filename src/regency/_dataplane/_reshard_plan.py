@@ -28,6 +28,7 @@ from ._blocks import Block, pieces, read_box, runs
 from ._identity import peer_info
 from ._memory import local_region
 from ._shards import TensorShard, dtype_name
+from ._transfer import Ranges, ranges_of
 
 __all__ = ["Plan", "Read", "forget", "kind", "plan_for", "shard_list", "staging_of"]
 
@@ -48,6 +49,7 @@ class Read:
 
     shard: TensorShard
     pieces: list[tuple[int, int, int]]
+    ranges: Ranges  # the pieces, batched once for process_vm_readv
     staged: bool  # into the staging buffer (then placed), else straight into the destination
     box: Block  # what the pieces hold (global coordinates)
     overlap: Block  # what the destination needs of it
@@ -199,11 +201,12 @@ def _make_plan(key: tuple[Any, ...], sources: list[TensorShard], block: Block,
                 else _RANGE_COST.get(shard.buffer.transport_for().name, _DEVICE_RANGE_COST))
         box, staging = read_box(overlap, shard.block, block, size, cost)
         if not staging:
-            reads.append(Read(shard, pieces(box, shard.block, block, size), False, box,
-                              overlap))
+            moved = pieces(box, shard.block, block, size)
+            reads.append(Read(shard, moved, ranges_of(moved), False, box, overlap))
             continue
         (start, length), = runs(box, shard.block, size)
-        reads.append(Read(shard, [(start, staged, length)], True, box, overlap))
+        moved = [(start, staged, length)]
+        reads.append(Read(shard, moved, ranges_of(moved), True, box, overlap))
         staged += length
     if covered != block.numel:
         raise ValueError(f"reshard_into: the shards do not cover block {block}: they "

@@ -35,6 +35,7 @@ import time
 import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from .._runtime._completion import Completion
@@ -48,7 +49,8 @@ from ._identity import peer_info
 from ._memory import Region
 from ._registry import peek
 
-__all__ = ["INLINE_BYTES", "READ", "WRITE", "current_choice", "read_pieces", "start"]
+__all__ = ["INLINE_BYTES", "READ", "WRITE", "Ranges", "current_choice", "ranges_of",
+           "read_pieces", "start"]
 
 #: ``(offset in the remote buffer, offset in local memory, length)``, in bytes.
 Piece = tuple[int, int, int]
@@ -184,7 +186,26 @@ def run_now(op: int, desc: Descriptor, local: Region, *, timeout: float, secret:
     done.outcome()
 
 
-def read_pieces(desc: Descriptor, local: Region, pieces: list[Piece], *, timeout: float,
+@dataclass(frozen=True)
+class Ranges:
+    """Ranges of one buffer to read into local memory, batched once for ``process_vm_readv``
+    (at most 1,022 ranges and ``_GATHER_BYTES`` a call): a plan keeps them for every read."""
+
+    batches: list[list[Piece]]
+    count: int
+    nbytes: int
+    remote_end: int  # where the last byte read from the buffer ends
+    local_end: int  # where the last byte written locally ends
+
+
+def ranges_of(pieces: list[Piece]) -> Ranges:
+    """``pieces`` (remote offset, local offset, length), batched."""
+    return Ranges(_batches(pieces, _IOV_MAX - 2, _GATHER_BYTES), len(pieces),
+                  sum(n for _, _, n in pieces), max((r + n for r, _, n in pieces), default=0),
+                  max((at + n for _, at, n in pieces), default=0))
+
+
+def read_pieces(desc: Descriptor, local: Region, ranges: Ranges, *, timeout: float,
                 secret: bytes, dead: Callable[[], str | None]) -> None:
     """Read many ranges of one buffer into host memory ``local``, on this thread, to the end.
 
@@ -194,16 +215,15 @@ def read_pieces(desc: Descriptor, local: Region, pieces: list[Piece], *, timeout
     """
     if local.on_device or desc.on_device:
         raise ValueError("read_pieces: host memory only")
-    for remote, at, n in pieces:
-        if remote + n > desc.size or at + n > local.nbytes:
-            raise ValueError(f"read_pieces: range {remote}+{n} -> {at} does not fit")
-    nbytes = sum(n for _, _, n in pieces)
+    if ranges.remote_end > desc.size or ranges.local_end > local.nbytes:
+        raise ValueError(f"read_pieces: ranges up to {ranges.remote_end} -> "
+                         f"{ranges.local_end} do not fit {desc.size} -> {local.nbytes} bytes")
     choice = current_choice(desc)
-    done = Completion(f"RDMABuffer {desc.reg_id} read of {len(pieces)} ranges, {nbytes} bytes "
-                      f"over {choice.name}")
-    job = _Job(READ, desc, local, nbytes, time.monotonic() + timeout, choice, None, secret,
-               dead, done)
-    job.pieces = pieces
+    done = Completion(f"RDMABuffer {desc.reg_id} read of {ranges.count} ranges, "
+                      f"{ranges.nbytes} bytes over {choice.name}")
+    job = _Job(READ, desc, local, ranges.nbytes, time.monotonic() + timeout, choice, None,
+               secret, dead, done)
+    job.ranges = ranges
     job.run()
     done.outcome()
 
@@ -217,7 +237,7 @@ class _Job:
         self.op, self.desc, self.local, self.nbytes = op, desc, local, nbytes
         self.deadline, self.choice, self.forced = deadline, choice, forced
         self.secret, self.dead, self.done = secret, dead, done
-        self.pieces: list[Piece] | None = None  # several ranges of a read, not the whole
+        self.ranges: Ranges | None = None  # several ranges of a read, not the whole
 
     def run(self) -> None:
         try:
@@ -271,9 +291,10 @@ class _Job:
             raise BufferDroppedError(f"RDMABuffer {self.desc.reg_id} not found: it was dropped")
         reg = reg_table.lookup(self.desc.reg_id, self.desc.key)
         remote = reg.region.address + self.desc.offset
-        if self.pieces is not None:
-            for r, at, n in self.pieces:
-                ctypes.memmove(self.local.address + at, remote + r, n)
+        if self.ranges is not None:
+            for batch in self.ranges.batches:
+                for r, at, n in batch:
+                    ctypes.memmove(self.local.address + at, remote + r, n)
             return
         if reg.region.on_device or self.local.on_device:
             self._device_copy(_bytes_of(reg.region, self.nbytes, self.desc.offset))
@@ -328,8 +349,8 @@ class _Job:
     def _vm(self) -> None:
         _vm.check_hook()
         pid, remote, local = self.desc.owner.pid, self.desc.address, self.local.address
-        if self.pieces is not None:
-            self._vm_pieces(pid, remote, local, self.pieces)
+        if self.ranges is not None:
+            self._vm_pieces(pid, remote, local, self.ranges)
             return
         if self.local.on_device:
             self._vm_staged(pid, remote)
@@ -375,10 +396,10 @@ class _Job:
         """Slot, data, slot: one system call."""
         self._vm_gather(pid, [(local, remote, self.nbytes)])
 
-    def _vm_pieces(self, pid: int, remote: int, local: int, pieces: list[Piece]) -> None:
+    def _vm_pieces(self, pid: int, remote: int, local: int, ranges: Ranges) -> None:
         """Slot, up to 1,022 ranges of at most ``_GATHER_BYTES`` in all, slot: one system
         call per batch (the kernel copies at most about 2 GiB per call)."""
-        for batch in _batches(pieces, _IOV_MAX - 2, _GATHER_BYTES):
+        for batch in ranges.batches:
             if time.monotonic() > self.deadline:
                 raise TimeoutError("the transfer did not finish in time")
             self._vm_gather(pid, [(local + at, remote + r, n) for r, at, n in batch])
@@ -423,11 +444,12 @@ class _Job:
             _cuda.staged(_bytes_of(self.local, self.nbytes), self.local.device,
                          to_host=op == WRITE, io=io)
             return
-        if self.pieces is not None:
+        if self.ranges is not None:
             view = self.local.view()
-            for r, at, n in self.pieces:
-                transfer(pool, address, secret, desc, op, view[at:at + n], desc.offset + r,
-                         deadline)
+            for batch in self.ranges.batches:
+                for r, at, n in batch:
+                    transfer(pool, address, secret, desc, op, view[at:at + n],
+                             desc.offset + r, deadline)
             return
         view = self.local.view()[: self.nbytes]
 
