@@ -181,3 +181,18 @@ def parse_event(line: str) -> dict[str, Any] | None:
 
 def repo_root() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def interleave(ops: dict[str, Callable[[], object]], runs: int) -> dict[str, list[float]]:
+    """Seconds per call of each op: one warm-up each, then ``runs`` rounds of all of them
+    (interleaved, so that a machine whose speed drifts affects them alike). Standard
+    library only: the peers' scripts import it in their own venvs."""
+    for fn in ops.values():
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in ops}
+    for _ in range(runs):
+        for name, fn in ops.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return times

@@ -7,10 +7,11 @@ from __future__ import annotations
 import os
 import statistics
 import sys
-import time
 from collections.abc import Callable
 
 import numpy as np
+
+from _common import interleave
 
 COLS = 4096
 TRAINERS = 4
@@ -44,14 +45,7 @@ def timed(label: str, ops: dict[str, Callable[[], object]], runs: int,
     """Run ``ops`` once each (warm-up), then ``runs`` rounds of all, interleaved; ms per op,
     GB/s of ``nbytes``, and the median per-round ratio of ``ops["memcpy"]``'s time."""
     print(f"{label}: {runs} rounds of {', '.join(ops)}", file=sys.stderr, flush=True)
-    for fn in ops.values():
-        fn()  # warm-up: connections, page tables, plans
-    times: dict[str, list[float]] = {name: [] for name in ops}
-    for _ in range(runs):
-        for name, fn in ops.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
+    times = interleave(ops, runs)  # the warm-up: connections, page tables, plans
     row = {}
     for name, ts in times.items():
         row[f"{name} ms"] = 1e3 * statistics.median(ts)

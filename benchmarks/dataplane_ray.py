@@ -28,12 +28,13 @@ import json
 import os
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import ray
+
+from _common import interleave
 
 
 @ray.remote(num_cpus=0)
@@ -97,19 +98,6 @@ def measure(owner: Any, n: int, runs: int) -> dict[str, float]:
     for name, ts in times.items():
         row[f"{name} %"] = 100 * statistics.median(m / t for m, t in zip(times["memcpy"], ts))
     return row
-
-
-def interleave(ops: dict[str, Callable[[], object]], runs: int) -> dict[str, list[float]]:
-    """Seconds per call of each op: one warm-up each, then ``runs`` rounds of all of them."""
-    for fn in ops.values():
-        fn()
-    times: dict[str, list[float]] = {name: [] for name in ops}
-    for _ in range(runs):
-        for name, fn in ops.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    return times
 
 
 if __name__ == "__main__":

@@ -95,12 +95,17 @@ class _Stderr(logging.StreamHandler):
         pass
 
 
+def _stderr_handler() -> logging.Handler:
+    """A handler writing the message alone to the current stderr."""
+    handler = _Stderr()
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    return handler
+
+
 def _on_stderr(name: str) -> logging.Logger:
     logger = logging.getLogger(name)
     if not logger.handlers:
-        handler = _Stderr()
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        logger.addHandler(handler)
+        logger.addHandler(_stderr_handler())
         logger.propagate = False  # once, even where the program configures logging
     return logger
 
@@ -131,9 +136,8 @@ def warnings_on_stderr(name: str = "regency") -> None:
     A library stays quiet by default (the ``NullHandler`` of ``regency/__init__``): this is
     for regency's own processes only.
     """
-    handler = _Stderr()
+    handler = _stderr_handler()
     handler.setLevel(logging.WARNING)
-    handler.setFormatter(logging.Formatter("%(message)s"))
     handler.addFilter(_UnlessConfigured(handler))
     logging.getLogger(name).addHandler(handler)
 

@@ -25,7 +25,8 @@ class Talker(Actor):
 procs = this_host().spawn_procs(per_host={"gpus": 2}, name="talkers")
 procs.spawn("talker", Talker).talk.call().get()
 alike = this_host().spawn_procs(per_host={"gpus": 3}, name="alike procs")  # a space too
-asyncio.run(alike.logging_option(aggregate_window_sec=0.2))
+asyncio.run(alike.logging_option(aggregate_window_sec=60))  # longer than the run: the
+# three procs' lines are one group, shown at exit, however slowly they came
 alike.spawn("talker", Talker).talk.call().get()
 alike.stop().get()
 procs.stop().get()

@@ -10,7 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from regency._dataplane._blocks import Block, pieces, read_box, runs, split_bounds
+from regency._dataplane._blocks import Block, pieces, runs, split_bounds, staged_box
+
+
+def read_box(overlap: Block, source: Block, dest: Block, itemsize: int,
+             cost: int) -> tuple[Block, bool]:
+    """What a plan reads for ``overlap``, and whether it stages it (as ``_make_plan``)."""
+    moved = pieces(overlap, source, dest, itemsize)
+    box = staged_box(overlap, source, len(moved), itemsize, cost)
+    return (overlap, False) if box is None else (box, True)
 
 
 @st.composite

@@ -128,7 +128,7 @@ def run_proc(spec: dict[str, Any]) -> int:
     # (or the parent-death signal) says it is gone
     rt.peer_lost_hooks.append(lost)
     asyncio.set_event_loop(rt.loop)
-    return rt.loop.run_until_complete(_serve(rt, {**spec, "bind_error": bind_error}, stop))
+    return rt.loop.run_until_complete(_serve(rt, spec, stop, bind_error))
 
 
 def _host_agent_lost(rt: Runtime, exc: BaseException | None) -> None:
@@ -145,7 +145,8 @@ def _host_agent_lost(rt: Runtime, exc: BaseException | None) -> None:
         os._exit(AGENT_LOST_EXIT)
 
 
-async def _serve(rt: Runtime, spec: dict[str, Any], stop: asyncio.Event) -> int:
+async def _serve(rt: Runtime, spec: dict[str, Any], stop: asyncio.Event,
+                 bind_error: str | None) -> int:
     await rt.start(spec.get("bind", spec["addr"]), identity=spec["addr"])
     spin = float(config.get("loop_spin"))
     if spin > 0:  # async actors run on this loop: it polls a moment before it sleeps
@@ -153,7 +154,7 @@ async def _serve(rt: Runtime, spec: dict[str, Any], stop: asyncio.Event) -> int:
     if observe.enabled():
         observe.start_proc(rt, spec)
     api_state(rt).root_context = root_context_of(rt)
-    error = spec.get("bind_error") or await _bootstrap(rt, spec)
+    error = bind_error or await _bootstrap(rt, spec)
     if error is not None:
         rt.bootstrap_error = error  # actors spawned here fail, saying why
     rt.send_sys(spec["host_agent"], ProcReady(rt.address, os.getpid(), error, rt.bound_address))

@@ -5,7 +5,7 @@ shard held in one process is a block, stored contiguously in row-major order. Mo
 part of a source block ``S`` that a destination block ``D`` needs means reading the overlap
 ``O = S & D`` out of ``S``'s memory. ``O``'s elements are contiguous in ``S`` only in runs
 (one per index of its leading dimensions), and so is its place in ``D``: :func:`pieces`
-pairs the ranges of both sides. :func:`read_box` picks what to read: those pieces, each
+pairs the ranges of both sides. :func:`staged_box` says what to read instead: those pieces, each
 straight into place, or one contiguous range of ``S`` around ``O`` (``O`` itself where it
 is contiguous there, else a *slab*), staged and copied into place, when the bytes it reads
 for nothing cost less than the ranges it saves. Nothing here touches memory.
@@ -13,11 +13,12 @@ for nothing cost less than the ranges it saves. Nothing here touches memory.
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 from dataclasses import dataclass
 
-__all__ = ["Block", "pieces", "read_box", "runs", "split_bounds"]
+__all__ = ["Block", "pieces", "runs", "split_bounds", "staged_box"]
 
 
 def split_bounds(size: int, index: int, parts: int) -> tuple[int, int]:
@@ -134,24 +135,19 @@ def _slab(inner: Block, outer: Block) -> Block:
     return Block(offsets, shape)
 
 
-def read_box(overlap: Block, source: Block, dest: Block, itemsize: int,
-             range_cost: int) -> tuple[Block, bool]:
-    """How to get ``overlap`` from ``source``'s memory into ``dest``'s: ``(box, staged)``.
-
-    Not staged: ``box`` is the overlap, moved as :func:`pieces`, each range straight into
-    place. Staged: ``box`` is one contiguous range of ``source`` around the overlap (the
-    overlap itself where it is contiguous there), read whole, then copied into place:
-    chosen when the bytes it reads for nothing are fewer than ``range_cost`` (the cost of
-    one more range, in bytes) times the ranges it saves.
+def staged_box(overlap: Block, source: Block, ranges: int, itemsize: int,
+               range_cost: int) -> Block | None:
+    """What to stage to get ``overlap`` out of ``source``'s memory instead of moving its
+    ``ranges`` :func:`pieces` straight into place: one contiguous range of ``source`` around
+    the overlap (the overlap itself where it is contiguous there), read whole, then copied
+    into place. Chosen (else None) when the bytes it reads for nothing are fewer than
+    ``range_cost`` (the cost of one more range, in bytes) times the ranges it saves.
     """
-    ranges = len(pieces(overlap, source, dest, itemsize))
     if ranges <= 1:
-        return overlap, False
+        return None
     slab = _slab(overlap, source)
     wasted = (slab.numel - overlap.numel) * itemsize
-    if wasted <= (ranges - 1) * range_cost:
-        return slab, True
-    return overlap, False
+    return slab if wasted <= (ranges - 1) * range_cost else None
 
 
 def runs(box: Block, source: Block, itemsize: int) -> list[tuple[int, int]]:
@@ -174,7 +170,7 @@ def runs(box: Block, source: Block, itemsize: int) -> list[tuple[int, int]]:
     length = box.shape[inner] * strides[inner]
     base = sum(c * s for c, s in zip(local, strides, strict=True))
     out: list[tuple[int, int]] = []
-    for index in _indices(box.shape[:inner]):
+    for index in itertools.product(*(range(s) for s in box.shape[:inner])):
         start = base + sum(i * s for i, s in zip(index, strides, strict=False))
         if out and out[-1][0] + out[-1][1] == start:
             out[-1] = (out[-1][0], out[-1][1] + length)
@@ -202,9 +198,4 @@ def pieces(box: Block, source: Block, dest: Block,
     return out
 
 
-def _indices(shape: tuple[int, ...]) -> list[tuple[int, ...]]:
-    """Every index of ``shape`` in row-major order (one empty index for no dims)."""
-    out: list[tuple[int, ...]] = [()]
-    for size in shape:
-        out = [(*i, j) for i in out for j in range(size)]
-    return out
+

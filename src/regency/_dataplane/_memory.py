@@ -24,7 +24,8 @@ from typing import Any
 
 from .._transport._memaddr import address_of
 
-__all__ = ["Region", "buffer_region", "local_region"]
+__all__ = ["Region", "buffer_region", "flat_bytes", "is_numpy_array", "is_torch_tensor",
+           "local_region"]
 
 
 @dataclass(frozen=True)
@@ -54,14 +55,23 @@ class Region:
         return mv.toreadonly() if self.readonly else mv
 
 
-def _torch_tensor(obj: Any) -> bool:
+def is_torch_tensor(obj: Any) -> bool:
+    """Whether ``obj`` is a torch tensor (without importing torch)."""
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(obj, torch.Tensor)
 
 
-def _numpy_array(obj: Any) -> bool:
+def is_numpy_array(obj: Any) -> bool:
+    """Whether ``obj`` is a numpy array (without importing numpy)."""
     np = sys.modules.get("numpy")
     return np is not None and isinstance(obj, np.ndarray)
+
+
+def flat_bytes(obj: Any) -> Any:
+    """A contiguous torch tensor's or numpy array's memory as a 1-D view of bytes (no copy)."""
+    if is_torch_tensor(obj):
+        return obj.reshape(-1).view(sys.modules["torch"].uint8)
+    return obj.reshape(-1).view("uint8")
 
 
 def _torch_region(t: Any, what: str, need_1d: bool) -> Region:
@@ -111,9 +121,9 @@ def _bytes_region(obj: Any, what: str, need_1d: bool) -> Region:
 
 
 def _region(obj: Any, what: str, need_1d: bool) -> Region:
-    if _torch_tensor(obj):
+    if is_torch_tensor(obj):
         return _torch_region(obj, what, need_1d)
-    if _numpy_array(obj):
+    if is_numpy_array(obj):
         return _array_region(obj, what, need_1d)
     return _bytes_region(obj, what, need_1d)
 

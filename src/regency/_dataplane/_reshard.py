@@ -26,8 +26,8 @@ from .._runtime._completion import Completion
 from ._blocks import Block
 from ._buffer import DEFAULT_TIMEOUT
 from ._errors import BufferDroppedError, RDMAError
-from ._memory import local_region
-from ._reshard_plan import Plan, Read, forget, kind, plan_for, shard_list, staging_of
+from ._memory import flat_bytes, local_region
+from ._reshard_plan import Plan, Read, forget, on_gpu, plan_for, shard_list, staging_of
 from ._shards import ShardVersionError, TensorShard
 from ._transfer import read_pieces
 
@@ -193,7 +193,7 @@ def _about(shard: TensorShard, fn: Callable[[], object]) -> None:
 def _move(plan: Plan, dst: Any, staging: Any, deadline: float) -> None:
     """Read every source's pieces in parallel (host memory: a few calls each; device
     memory: a transfer per piece); wait for all, then raise the first error."""
-    flat = _bytes_view(dst)
+    flat = flat_bytes(dst)
     _run_all([partial(_read, r, staging if r.staged else flat, deadline)
               for r in plan.reads])
 
@@ -202,7 +202,7 @@ def _read(r: Read, into: Any, deadline: float) -> None:
     buf = r.shard.buffer
     assert buf is not None
     desc = buf._desc
-    if desc.on_device or kind(into).startswith("torch:cuda"):
+    if desc.on_device or on_gpu(into):
         def by_transfers() -> None:
             futures = [buf[src:src + n].read_into(into[at:at + n], timeout=_left(deadline))
                        for src, at, n in r.pieces]
@@ -228,12 +228,12 @@ def _run_all(jobs: Sequence[Callable[[], object]], parallel: bool = True) -> Non
         except BaseException as exc:
             errors.append(exc)
 
+    here, elsewhere = (jobs[:1], jobs[1:]) if parallel else (jobs, [])
     threads = [threading.Thread(target=guarded, args=(job,), daemon=True,
-                                name="regency-reshard-read") for job in jobs[1:]] if parallel \
-        else []
+                                name="regency-reshard-read") for job in elsewhere]
     for t in threads:
         t.start()
-    for job in jobs[:1] if parallel else jobs:
+    for job in here:
         guarded(job)
     for t in threads:
         t.join()
@@ -249,13 +249,5 @@ def _place(plan: Plan, dst: Any, staging: Any) -> None:
         (_, at, n), = r.pieces
         box = staging[at:at + n].view(dst.dtype).reshape(r.box.shape)
         dst[r.overlap.relative_to(plan.block)] = box[r.overlap.relative_to(r.box)]
-    if kind(dst).startswith("torch:cuda"):
+    if on_gpu(dst):
         sys.modules["torch"].cuda.synchronize(dst.device)
-
-
-def _bytes_view(dst: Any) -> Any:
-    if kind(dst) != "numpy":
-        import torch
-
-        return dst.reshape(-1).view(torch.uint8)
-    return dst.reshape(-1).view("uint8")

@@ -3,7 +3,7 @@
 A plan says, for a set of shards and a destination block, what to read out of each shard
 that overlaps the block: its pieces, each range straight into place (on one host up to a
 thousand ranges go in one ``process_vm_readv``), or one contiguous range staged and then
-copied into place, when that is cheaper (:func:`._blocks.read_box` weighs the two with the
+copied into place, when that is cheaper (:func:`._blocks.staged_box` weighs the two with the
 cost of a range on the transport). Plans are kept (least recently used dropped past
 ``_PLANS_KEPT``) for the next call with the same shards, block and kind of destination:
 the weight sync of every step computes nothing again. Their staging buffers are kept too,
@@ -17,20 +17,20 @@ be dead are passed over while a live replica is left.
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._blocks import Block, pieces, read_box, runs
+from ._blocks import Block, pieces, runs, staged_box
 from ._identity import peer_info
-from ._memory import local_region
+from ._memory import is_torch_tensor, local_region
 from ._shards import TensorShard, dtype_name
 from ._transfer import Ranges, ranges_of
 
-__all__ = ["Plan", "Read", "forget", "kind", "plan_for", "shard_list", "staging_of"]
+__all__ = ["Plan", "Read", "forget", "kind", "on_gpu", "plan_for", "shard_list",
+           "staging_of"]
 
 _PLANS_KEPT = 256
 _STAGING_KEPT = 1 << 30
@@ -93,7 +93,12 @@ def shard_list(shards: Any) -> list[TensorShard]:
 
 def kind(dst: Any) -> str:
     """What memory ``dst`` is: ``"numpy"``, ``"torch:cpu"``, ``"torch:cuda:0"``..."""
-    return f"torch:{dst.device}" if _is_torch(dst) else "numpy"
+    return f"torch:{dst.device}" if is_torch_tensor(dst) else "numpy"
+
+
+def on_gpu(obj: Any) -> bool:
+    """Whether ``obj`` is a CUDA tensor."""
+    return kind(obj).startswith("torch:cuda")
 
 
 def plan_for(shards: list[TensorShard], dst: Any, block: Block,
@@ -189,7 +194,7 @@ def _choose_replicas(shards: list[TensorShard],
 def _make_plan(key: tuple[Any, ...], sources: list[TensorShard], block: Block,
                dst: Any) -> Plan:
     reads, staged, covered = [], 0, 0
-    on_device = kind(dst).startswith("torch:cuda")
+    on_device = on_gpu(dst)
     for shard in sources:
         overlap = shard.block.intersect(block)
         if overlap is None:
@@ -199,10 +204,10 @@ def _make_plan(key: tuple[Any, ...], sources: list[TensorShard], block: Block,
         size = shard.itemsize
         cost = (_DEVICE_RANGE_COST if on_device or shard.buffer._desc.on_device
                 else _RANGE_COST.get(shard.buffer.transport_for().name, _DEVICE_RANGE_COST))
-        box, staging = read_box(overlap, shard.block, block, size, cost)
-        if not staging:
-            moved = pieces(box, shard.block, block, size)
-            reads.append(Read(shard, moved, ranges_of(moved), False, box, overlap))
+        moved = pieces(overlap, shard.block, block, size)
+        box = staged_box(overlap, shard.block, len(moved), size, cost)
+        if box is None:
+            reads.append(Read(shard, moved, ranges_of(moved), False, overlap, overlap))
             continue
         (start, length), = runs(box, shard.block, size)
         moved = [(start, staged, length)]
@@ -217,15 +222,10 @@ def _make_plan(key: tuple[Any, ...], sources: list[TensorShard], block: Block,
 
 
 def _empty_bytes(like: Any, n: int) -> Any:
-    if _is_torch(like):
+    if is_torch_tensor(like):
         import torch
 
         return torch.empty(n, dtype=torch.uint8, device=like.device)
     import numpy as np
 
     return np.empty(n, dtype=np.uint8)
-
-
-def _is_torch(obj: Any) -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(obj, torch.Tensor)

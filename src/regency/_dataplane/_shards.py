@@ -19,7 +19,7 @@ from typing import Any
 from ._blocks import Block
 from ._buffer import RDMABuffer
 from ._errors import RDMAError
-from ._memory import local_region
+from ._memory import flat_bytes, is_numpy_array, is_torch_tensor, local_region
 
 __all__ = ["ShardVersionError", "TensorShard", "dtype_name"]
 
@@ -31,11 +31,9 @@ class ShardVersionError(RDMAError):
 def dtype_name(obj: Any) -> tuple[str, int]:
     """The element type of a tensor or array, as ``(name, itemsize)``: ``("float32", 4)``
     for both ``torch.float32`` and ``numpy.float32``."""
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(obj, torch.Tensor):
+    if is_torch_tensor(obj):
         return str(obj.dtype).removeprefix("torch."), int(obj.element_size())
-    np = sys.modules.get("numpy")
-    if np is not None and isinstance(obj, np.ndarray):
+    if is_numpy_array(obj):
         if obj.dtype.byteorder not in ("=", "|"):
             raise ValueError(f"arrays of non-native byte order ({obj.dtype.str}) cannot be "
                              "resharded; convert first: a.astype(a.dtype.newbyteorder('='))")
@@ -78,7 +76,7 @@ class TensorShard:
         self._busy = threading.Lock()
         word = bytearray(8)
         self._word = memoryview(word).cast("Q")
-        self.buffer = RDMABuffer(_flat_bytes(data)) if block.numel else None
+        self.buffer = RDMABuffer(flat_bytes(data)) if block.numel else None
         self.word_buffer = RDMABuffer(word)
 
     @classmethod
@@ -151,17 +149,8 @@ class TensorShard:
         return self._word
 
 
-def _flat_bytes(data: Any) -> Any:
-    """``data``'s memory as a 1-D view of bytes (for registration)."""
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(data, torch.Tensor):
-        return data.reshape(-1).view(torch.uint8)
-    return data.reshape(-1).view("uint8")
-
-
 def _settle(data: Any) -> None:
     """Wait for the GPU work queued on ``data``'s device, on any stream (its writes must
     land before the version does)."""
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(data, torch.Tensor) and data.device.type == "cuda":
-        torch.cuda.synchronize(data.device)
+    if is_torch_tensor(data) and data.device.type == "cuda":
+        sys.modules["torch"].cuda.synchronize(data.device)
