@@ -31,10 +31,12 @@ LAYERS: list[tuple[str, set[str]]] = [
      "deadlines of calls",
      {"_route", "_endpoint", "_ports", "_as_endpoint", "_mesh_state", "_leases", "_waits",
       "_cancel", "_value_stream", "_deadlines"}),
-    ("meshes: actor meshes, proc and host meshes, respawning ranks of elastic meshes",
-     {"_actor_mesh", "_proc_mesh", "_respawn", "_sync"}),
-    ("hosting: actors of this process, their spawn and stop, failures at owners, singletons",
-     {"_behavior", "_spawning", "_stopping", "_failures", "_controllers"}),
+    ("meshes: actor meshes, proc and host meshes, respawning ranks of elastic meshes, "
+     "detaching and reattaching proc meshes",
+     {"_actor_mesh", "_proc_mesh", "_respawn", "_sync", "_reattach"}),
+    ("hosting: actors of this process, their spawn and stop, failures at owners, singletons, "
+     "what workers and procs do with detached meshes",
+     {"_behavior", "_spawning", "_stopping", "_failures", "_controllers", "_kept"}),
     ("dispatch: the table of system-message handlers",
      {"_dispatch"}),
     ("entry: starting a controller, a proc, a worker; the controller's hang notice",

@@ -9,6 +9,7 @@
 * ``WaitProbe``, ``WaitCycle``: probes of calls that wait on each other, and the news of a
   cycle they found (``_waits``).
 * ``CancelCall``: stop a call its caller cancelled (``_cancel``).
+* ``Adopt``: a proc of a reattached mesh takes a new controller (``_kept``).
 
 Procs add ``StopProc`` (``_proc_main``), workers their lease messages (``_workers``).
 """
@@ -24,6 +25,7 @@ from .._wire import _messages as m
 from ._cancel import install as install_cancel
 from ._controllers import on_get_or_spawn_controller
 from ._failures import on_actor_failed, on_peer_lost, on_proc_exited, on_proc_up
+from ._kept import on_adopt
 from ._spawning import on_spawn_actor
 from ._state import api_state
 from ._stopping import on_stop_actor
@@ -44,6 +46,7 @@ def install(rt: Runtime) -> None:
     rt.handle(m.Fault, lambda msg: _inject_fault(rt, msg))
     rt.handle(m.ProcOutput, _proc_output)
     rt.handle(m.OutputMark, lambda msg: _output_mark(rt, msg))
+    rt.handle(m.Adopt, lambda msg: on_adopt(rt, msg))
     install_wait_probes(rt)
     install_cancel(rt)
     rt.peer_lost_hooks.append(lambda addr, exc: on_peer_lost(rt, addr, exc))

@@ -29,7 +29,7 @@ from .._runtime._runtime import Runtime
 from .._wire import _messages as m
 from .._wire import system_header
 from ..errors import SupervisionError
-from . import _incarnation
+from . import _incarnation, _reattach
 from ._actor import Actor
 from ._actor_mesh import ActorMesh, _check_spawnable
 from ._bootstrap_command import BootstrapCommand, python_command
@@ -151,7 +151,7 @@ class ProcMesh(MeshTrait):
         st = _state(uid, len(shape))
         ack_port = countdown_port(len(shape), st.ready)
         api_state(rt).owned[uid] = OwnedMesh(uid, _qualname(Class), shape, self._proc_addrs,
-                                             _owner_uid())
+                                             _owner_uid(), Class)
         try:
             body = dumps_inband((Class, args, kwargs))
         except Exception as exc:
@@ -168,6 +168,9 @@ class ProcMesh(MeshTrait):
                                     _qualname(Class))  # before any member can fail
         for g in shape.ranks():
             rt.post(self._proc_addrs[g], frame)
+        record = api_state(rt).proc_meshes.get(self._uid)
+        if record is not None and record.detached:  # the next controller adopts it too
+            _reattach.send_record(rt, self._uid, wait=False)
         mesh = ActorMesh(uid, name, Class, shape, self._proc_addrs, shape, fanout)
         return mesh  # type: ignore[return-value]
 
@@ -245,6 +248,43 @@ class ProcMesh(MeshTrait):
         for agent, addrs in by_agent.items():
             rt.send_sys(agent, m.StopProcs(addrs, reason, agent_port(agent, stopped_there)))
         return Future._from(done)
+
+    def detach(self) -> None:
+        """Keep this mesh's procs, and its actors with their state, running after this
+        controller ends (a regency extension; the mesh must be on worker hosts).
+
+        Until then nothing changes. When this controller exits, dies, is released
+        (``HostMesh.stop()``) or stops renewing its lease, each worker keeps these procs
+        (and what they spawned) instead of killing them, and another controller attached
+        to the same workers takes them over with ``hosts.reattach_procs(name)``, then
+        ``procs.actor_meshes()``. Actor meshes spawned on it later are kept too. A
+        reattached mesh ends with its new controller unless that one detaches it again.
+        ``HostMesh.shutdown()`` still ends the workers and every proc. Example::
+
+            procs = hosts.spawn_procs(per_host={"gpus": 2}, name="trainers")
+            model = procs.spawn("model", Model)
+            procs.detach()   # the next run: hosts.reattach_procs("trainers")
+
+        Raises:
+            ValueError: some procs run on this controller's own host (``this_host()``):
+                they end with it.
+            RuntimeError: this controller did not spawn (or reattach) the mesh, or it was
+                stopped.
+        """
+        _reattach.detach(runtime(), self._uid, repr(self))
+
+    def actor_meshes(self) -> dict[str, ActorMesh]:
+        """The live actor meshes this controller spawned (or reattached) on this proc
+        mesh, by name (a regency extension; after ``reattach_procs``, how to reach them)."""
+        api = api_state(runtime())
+        out: dict[str, ActorMesh] = {}
+        for uid, payload in api.spawned.items():
+            owned = api.owned.get(uid)
+            if payload.proc_mesh._uid != self._uid or owned is None or owned.cls is None:
+                continue
+            out[payload.name] = ActorMesh(uid, payload.name, owned.cls, payload.shape,
+                                          payload.proc_addrs, payload.shape, payload.fanout)
+        return out
 
     def stacks(self, timeout: float = 1.0) -> Stacks:
         """The Python stacks of every thread of every proc of this mesh, grouped.
@@ -571,6 +611,46 @@ class HostMesh(MeshTrait):
                                 tuple(rec.agents)))
         return out
 
+    def detached_procs(self) -> list[str]:
+        """The names of the proc meshes that controllers detached on these hosts and that
+        their workers keep for the next one (a regency extension; see
+        ``ProcMesh.detach``)."""
+        agents = self._remote_agents("detached_procs")
+        return sorted({e["name"] for e in _reattach.kept_meshes(runtime(), agents)})
+
+    def reattach_procs(self, name: str) -> ProcMesh:
+        """Take over the proc mesh named ``name`` (or by its uid) that an earlier controller
+        detached on these hosts (a regency extension; see ``ProcMesh.detach``).
+
+        Its procs and actors run on with their state; this controller is their root and
+        owner from now on, so their failures reach it, and the mesh ends with it unless
+        it is detached again. ``procs.actor_meshes()`` gives its actor meshes. Ranks that
+        died while no controller was attached fail through supervision now, with the
+        cause their host saw (respawn them with ``procs.respawn()``).
+
+        Raises:
+            ValueError: no kept mesh of that name (the message lists those kept), several
+                (pass the uid), procs on hosts outside this host mesh, or a host mesh of
+                this controller's own host.
+        """
+        if not isinstance(name, str):
+            raise TypeError(f"reattach_procs needs the mesh's name, got {name!r}")
+        agents = self._remote_agents("reattach_procs")
+        rt = runtime()
+        record, _ = _reattach.reattach(rt, agents, name)
+        return ProcMesh(record.uid, record.name, record.shape, record.addrs, record.agents)
+
+    def _remote_agents(self, what: str) -> tuple[str, ...]:
+        """The worker agents of these hosts (ValueError for this controller's own host)."""
+        agents = tuple(dict.fromkeys(self._agents[g] for g in self._shape_.ranks()))
+        rt = runtime()
+        local = [a for a in agents if a in rt.my_addresses or not a.startswith("tcp:")]
+        if local:
+            raise ValueError(f"{what}: this host mesh holds this controller's own host, where "
+                             "no proc outlives its controller; use the worker hosts (a job's "
+                             "host mesh, or attach_to_workers)")
+        return agents
+
     def shutdown(self) -> Future[None]:
         """Shut down an owned host mesh: its procs and (for workers) the workers."""
         if not self._owned:
@@ -588,6 +668,8 @@ class HostMesh(MeshTrait):
         rt = runtime()
         remote = tuple(a for a in agents if a.startswith("tcp:"))
         for info in api_state(rt).proc_meshes.values():
+            if info.detached and not exit:
+                continue  # its workers keep it for the next controller
             if any(a in agents for a in info.agents):
                 info.state.stopped = info.state.stopped or "host mesh stopped"
         if remote:

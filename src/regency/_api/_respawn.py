@@ -37,7 +37,7 @@ from .. import config
 from .._runtime._completion import Completion
 from .._wire import _messages as m
 from ..errors import SupervisionError
-from . import _incarnation
+from . import _incarnation, _reattach
 from ._actor_mesh import ActorMesh
 from ._future import Future
 from ._mesh_state import _proc_address, countdown_port
@@ -89,6 +89,8 @@ def respawn(procs: ProcMesh, ranks: Iterable[int | Mapping[str, int]] | None = N
         _incarnation.replace(old, addr)
         record.addr_list[g] = addr
         supervisor(rt).respawned(old, addr)
+    if record.detached:  # its workers keep the new procs instead of the dead ones
+        _reattach.send_record(rt, procs._uid, wait=False)
     for payload in meshes.values():
         msg = replace(payload, proc_addrs=_incarnation.current(payload.proc_addrs), ack=port)
         for g in dead:

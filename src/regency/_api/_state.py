@@ -50,6 +50,7 @@ class ProcMeshRecord:
     entries: dict[int, dict[str, Any]] = field(default_factory=dict)  # rank -> what its
     # spawn request had of its own (a bootstrap command, a proc_bind), to respawn it
     incarnations: dict[int, int] = field(default_factory=dict)  # rank -> respawns so far
+    detached: bool = False  # kept by its workers when this controller ends (``_reattach``)
 
 
 @dataclass(eq=False)
@@ -61,6 +62,7 @@ class OwnedMesh:
     shape: Shape
     proc_addrs: tuple[str, ...]
     owner_uid: str | None
+    cls: Any = None  # the actor class (``ProcMesh.actor_meshes`` makes meshes of it)
 
 
 @dataclass(eq=False)

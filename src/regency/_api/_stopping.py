@@ -149,7 +149,7 @@ async def stop_everything(rt: Runtime, timeout: float) -> None:
     deadline = loop.time() + timeout
     by_agent: dict[str, list[str]] = {}
     for info in api_state(rt).proc_meshes.values():
-        if info.state.stopped:
+        if info.state.stopped or info.detached:  # a detached mesh: its workers keep it
             continue
         info.state.stopped = "shutdown"
         for addr, agent in zip(info.addr_list, info.agents):

@@ -35,6 +35,7 @@ from ..errors import TransportError
 from . import _dispatch, _terminate
 from ._bootstrap import root_context_of
 from ._failures import host_lost
+from ._kept import KeptMeshes
 from ._leases import ask, beat
 from ._proc_mesh import HostMesh
 from ._process import runtime
@@ -60,6 +61,7 @@ class WorkerService:
         rt.handle(m.Heartbeat, self._on_heartbeat)
         rt.handle(m.Release, self._on_release)
         rt.peer_lost_hooks.append(self._on_peer_lost)
+        self.kept = KeptMeshes(rt, agent, lambda: self.controller)
 
     def _on_attach(self, msg: m.Attach) -> None:
         who = msg.controller
@@ -101,14 +103,18 @@ class WorkerService:
     def _detach(self, why: str) -> None:
         if self.controller is None:
             return
-        n = len(self.agent.procs)
-        log.warning("regency worker: %s; killing %d proc(s), ready for the next", why, n)
-        self.agent.kill()
+        spared = self.kept.spared()
+        doomed = set(self.agent.procs) - spared
+        kept = f", keeping {len(spared)} detached" if spared else ""
+        log.warning("regency worker: %s; killing %d proc(s)%s, ready for the next", why,
+                    len(doomed), kept)
+        self.agent.kill(doomed)
         self.controller = None
         self.agent.forward_to = ""
-        # what its procs started and left ends with the fork server: a fresh one serves
-        # the next controller
-        self.agent.track(self.agent.renew_zygote(SIGKILL_REAP_S), "renew the fork server")
+        if not spared:
+            # what its procs started and left ends with the fork server: a fresh one serves
+            # the next controller (not while detached procs, its children, still run)
+            self.agent.track(self.agent.renew_zygote(SIGKILL_REAP_S), "renew the fork server")
 
     def terminate(self) -> None:
         """SIGTERM: stop every proc here (their ``__cleanup__`` runs), then exit (loop)."""

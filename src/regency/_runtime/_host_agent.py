@@ -237,6 +237,9 @@ class HostAgent:
         self.forward_to = ""  # set on workers: the controller that gets the procs' output
         self._resolving: dict[str, list[PortRef]] = {}
         self.exit_hooks: list[Callable[[ProcRecord], None]] = []  # services' cleanup per proc
+        # services that keep the report of a proc's exit (a worker's kept meshes: their
+        # owner may be gone, and the next one hears it)
+        self.exit_reports: list[Callable[[ProcRecord, ProcExited], None]] = []
 
     # -- the fork server -------------------------------------------------------------------
     def start_zygote(self) -> None:
@@ -541,9 +544,11 @@ class HostAgent:
 
     def _notify_owner(self, rec: ProcRecord, cause: str, expected: bool) -> None:
         n = int(config.get("tail_log_lines"))
-        self.rt.send_sys(rec.owner, ProcExited(
-            rec.addr, rec.pid, cause, expected, rec.mesh_uid, rec.rank, self.rt.hostname,
-            list(rec.tail)[-n:] if n else [], in_flight(rec)))
+        report = ProcExited(rec.addr, rec.pid, cause, expected, rec.mesh_uid, rec.rank,
+                            self.rt.hostname, list(rec.tail)[-n:] if n else [], in_flight(rec))
+        for keep in self.exit_reports:
+            keep(rec, report)
+        self.rt.send_sys(rec.owner, report)
 
     # -- stopping --------------------------------------------------------------------------
     def _on_stop_procs(self, msg: StopProcs) -> None:

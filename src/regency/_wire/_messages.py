@@ -61,6 +61,7 @@ __all__ = [
     "SYSTEM_TAG",
     "SYSTEM_KINDS",
     "ActorFailed",
+    "Adopt",
     "Attach",
     "Call",
     "Cast",
@@ -68,6 +69,8 @@ __all__ = [
     "GetOrSpawnController",
     "Header",
     "Heartbeat",
+    "KeepProcs",
+    "ListKept",
     "OutputMark",
     "PortRef",
     "ProcExited",
@@ -76,6 +79,7 @@ __all__ = [
     "ProcUp",
     "RdmaDrop",
     "RdmaTaken",
+    "Reattach",
     "Release",
     "Reply",
     "Resolve",
@@ -320,6 +324,54 @@ class Release(SystemMessage):
     port: PortRef
     controller: str
     exit: bool = False
+
+
+@system_message("keep_procs")
+@dataclass(slots=True)
+class KeepProcs(SystemMessage):
+    """From a controller to a worker: the procs ``addrs`` of mesh ``mesh_uid`` outlive me
+    (``ProcMesh.detach``); ``record`` (opaque here) is what a later controller needs to adopt
+    the mesh, handed back by ``ListKept``."""
+
+    port: PortRef
+    controller: str
+    mesh_uid: str
+    name: str
+    addrs: list[str]
+    record: bytes
+
+
+@system_message("list_kept")
+@dataclass(slots=True)
+class ListKept(SystemMessage):
+    """From a controller to a worker: the proc meshes kept there for a later controller."""
+
+    port: PortRef
+    controller: str
+
+
+@system_message("reattach")
+@dataclass(slots=True)
+class Reattach(SystemMessage):
+    """From a controller to a worker: the kept mesh ``mesh_uid`` is mine now (it is no longer
+    kept: it ends with me unless I detach it again)."""
+
+    port: PortRef
+    controller: str
+    mesh_uid: str
+
+
+@system_message("adopt")
+@dataclass(slots=True)
+class Adopt(SystemMessage):
+    """From a controller to a proc of a mesh it reattached: I am your root and the owner of
+    the actor meshes that ``old`` (the earlier controller's addresses) owned here."""
+
+    port: PortRef
+    owner: str
+    root: str
+    root_addresses: list[str]
+    old: list[str]
 
 
 @system_message("rdma_drop")

@@ -1,0 +1,225 @@
+"""A proc mesh detached from its controller outlives it, on real worker hosts, and the next
+controller takes it over with its actors' state: after a clean exit, after a SIGKILL of the
+controller, with a rank that died in between; what is not detached still ends with its
+controller, and bad requests say what to do."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+from collections.abc import Iterator
+
+import psutil
+from _scripts import describe, kill_tagged, loopback_worker, run_script
+
+COMMON = """
+import json, os, signal, sys
+import regency.actor as ra
+from regency.actor import Actor, attach_to_workers, current_rank, endpoint
+from regency.errors import SupervisionError
+
+class Counter(Actor):
+    def __init__(self) -> None:
+        self.n = 0
+
+    @endpoint
+    def incr(self) -> int:
+        self.n += 1
+        return self.n
+
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+    @endpoint
+    def child(self) -> int:  # an actor's own procs: kept with the proc that owns them
+        self.kid = ra.this_host().spawn_procs(name="kid").spawn("kid", Counter)
+        return self.kid.pid.call_one().get()
+
+    @endpoint
+    def kid_count(self) -> int:
+        return self.kid.incr.call_one().get()
+
+    @endpoint
+    def shout(self) -> None:
+        print(f"shout from rank {current_rank().rank}")
+
+hosts = attach_to_workers(sys.argv[1:])
+
+def say(**what):
+    print("RESULT " + json.dumps(what), flush=True)
+"""
+
+FIRST = COMMON + """
+procs = hosts.spawn_procs(per_host={"gpus": 2}, name="trainers")
+counters = procs.spawn("counter", Counter)
+for _ in range(3):
+    counters.incr.call().get()
+procs.detach()
+later = procs.spawn("later", Counter)          # spawned after detach(): kept too
+later.incr.call().get()
+other = hosts.spawn_procs(per_host={"gpus": 1}, name="scratch")   # not detached
+kid = counters.slice(hosts=1, gpus=1).child.call_one().get()
+say(pids=list(counters.pid.call().get().values()), kid=kid,
+    scratch=list(other.spawn("c", Counter).pid.call().get().values()))
+if os.environ.get("END") == "sigkill":
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+SECOND = COMMON + """
+failures = []
+ra.unhandled_fault_hook = lambda failure: failures.append(failure.report())
+names = hosts.detached_procs()
+procs = hosts.reattach_procs("trainers")
+meshes = procs.actor_meshes()
+out = {"names": names, "meshes": sorted(meshes), "extent": dict(procs.sizes)}
+counters = meshes["counter"]
+if os.environ.get("DEAD"):
+    try:
+        counters.incr.call().get()
+    except SupervisionError as exc:
+        out["dead"] = str(exc)
+    out["respawned"] = procs.respawn()
+    out["after_respawn"] = sorted(counters.incr.call().get().values())
+else:
+    out["counts"] = list(counters.incr.call().get().values())
+    out["later"] = list(meshes["later"].incr.call().get().values())
+    out["kid"] = counters.slice(hosts=1, gpus=1).kid_count.call_one().get()
+    counters.shout.call().get()
+out["pids"] = list(counters.pid.call().get().values())
+out["failures"] = failures
+if os.environ.get("AGAIN"):
+    procs.detach()
+out["left"] = hosts.detached_procs()
+say(**out)
+"""
+
+
+def _result(run) -> dict:
+    assert run.returncode == 0, describe(run)
+    line = next(ln for ln in run.stdout.splitlines() if ln.startswith("RESULT "))
+    return json.loads(line[7:])
+
+
+@contextlib.contextmanager
+def _two_workers() -> Iterator[tuple[dict[str, str], list[str]]]:
+    env = {**os.environ, "REGENCY_SECRET": "detach-reattach", "PYTHONUNBUFFERED": "1",
+           "REGENCY_HOST_LOST_TIMEOUT": "3"}
+    with loopback_worker(env) as (_, a), loopback_worker(env) as (_, b):
+        yield env, [a, b]
+
+
+def _args(script: str, workers: list[str]) -> str:
+    return script.replace("sys.argv[1:]", repr(workers))
+
+
+def _gone(pids: list[int]) -> None:
+    procs = []
+    for pid in pids:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            procs.append(psutil.Process(pid))
+    _, alive = psutil.wait_procs(procs, timeout=30)
+    assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], alive
+
+
+def _reattach(tmp_path, env, workers, end: str) -> None:
+    first = run_script(tmp_path, _args(FIRST, workers), env={**env, "END": end}, timeout=90)
+    try:
+        if end == "sigkill":
+            assert first.returncode == -9, describe(first)
+            first = dataclasses.replace(first, returncode=0)
+        before = _result(first)
+        _gone(before["scratch"])  # not detached: ended with its controller
+        assert all(psutil.pid_exists(p) for p in before["pids"])
+        assert psutil.pid_exists(before["kid"])
+        second = run_script(tmp_path, _args(SECOND, workers), env={**env, "AGAIN": "1"},
+                            timeout=90)
+        after = _result(second)
+        assert after["names"] == ["trainers"]
+        assert after["meshes"] == ["counter", "later"]
+        assert after["extent"] == {"hosts": 2, "gpus": 2}
+        assert after["counts"] == [4, 4, 4, 4]  # the actors' state lived on
+        assert after["later"] == [2, 2, 2, 2]
+        assert after["kid"] == 1
+        assert after["pids"] == before["pids"]
+        assert after["failures"] == [] and after["left"] == ["trainers"]
+        for rank in range(4):  # their output reaches the new controller's terminal
+            assert f"shout from rank {rank}" in second.stdout, describe(second)
+        third = run_script(tmp_path, _args(SECOND, workers), env=env, timeout=90)
+        last = _result(third)  # detached again by the second: the third takes it over
+        assert last["counts"] == [5, 5, 5, 5] and last["kid"] == 2
+        assert last["left"] == []
+        _gone(before["pids"] + [before["kid"]])  # not detached again: ended with the third
+    finally:
+        kill_tagged(first.tag)
+
+
+def test_a_detached_mesh_outlives_a_controller_that_exits(tmp_path) -> None:
+    with _two_workers() as (env, workers):
+        _reattach(tmp_path, env, workers, end="exit")
+
+
+def test_a_detached_mesh_outlives_a_controller_killed_by_sigkill(tmp_path) -> None:
+    with _two_workers() as (env, workers):
+        _reattach(tmp_path, env, workers, end="sigkill")
+
+
+def test_a_rank_that_died_while_detached_fails_at_reattach_and_respawns(tmp_path) -> None:
+    with _two_workers() as (env, workers):
+        first = run_script(tmp_path, _args(FIRST, workers), env=env, timeout=90)
+        try:
+            before = _result(first)
+            victim = psutil.Process(before["pids"][1])
+            victim.kill()
+            victim.wait(timeout=30)
+            second = run_script(tmp_path, _args(SECOND, workers), env={**env, "DEAD": "1"},
+                                timeout=90)
+            after = _result(second)
+            assert "killed by signal SIGKILL" in after["dead"], after
+            assert "while no controller was attached" in after["dead"], after
+            assert after["respawned"] == [1]
+            assert after["after_respawn"] == [1, 4, 4, 4]  # a new actor at rank 1
+            # the proc mesh and both actor meshes on it, as for a rank that dies any time
+            assert len(after["failures"]) == 3, after["failures"]
+            assert all("SIGKILL while no controller was attached" in f
+                       for f in after["failures"]), after["failures"]
+            assert after["pids"][0] == before["pids"][0]
+            assert after["pids"][1] != before["pids"][1]
+        finally:
+            kill_tagged(first.tag)
+
+
+MISTAKES = COMMON + """
+from regency.actor import this_host
+out = {}
+local = this_host().spawn_procs(name="here")
+try:
+    local.detach()
+except ValueError as exc:
+    out["local"] = str(exc)
+try:
+    hosts.reattach_procs("nothing")
+except ValueError as exc:
+    out["unknown"] = str(exc)
+try:
+    this_host().reattach_procs("nothing")
+except ValueError as exc:
+    out["this_host"] = str(exc)
+say(**out)
+"""
+
+
+def test_mistakes_are_refused_with_what_to_do(tmp_path) -> None:
+    env = {**os.environ, "REGENCY_SECRET": "detach-mistakes", "PYTHONUNBUFFERED": "1"}
+    with loopback_worker(env) as (_, address):
+        run = run_script(tmp_path, _args(MISTAKES, [address]), env=env, timeout=90)
+    try:
+        out = _result(run)
+        assert "this controller's own host" in out["local"]
+        assert "attach_to_workers" in out["local"]
+        assert "keep no detached proc mesh of that name; they keep: none" in out["unknown"]
+        assert "no proc outlives its controller" in out["this_host"]
+    finally:
+        kill_tagged(run.tag)
