@@ -88,6 +88,8 @@ else:
     out["later"] = list(meshes["later"].incr.call().get().values())
     out["kid"] = counters.slice(hosts=1, gpus=1).kid_count.call_one().get()
     counters.shout.call().get()
+    out["logs"] = procs.logs(tail=1).of(3)
+    out["stacks"] = str(procs.stacks(timeout=10.0))
 out["pids"] = list(counters.pid.call().get().values())
 out["failures"] = failures
 if os.environ.get("AGAIN"):
@@ -147,6 +149,8 @@ def _reattach(tmp_path, env, workers, end: str) -> None:
         assert after["failures"] == [] and after["left"] == ["trainers"]
         for rank in range(4):  # their output reaches the new controller's terminal
             assert f"shout from rank {rank}" in second.stdout, describe(second)
+        assert after["logs"] == ["shout from rank 3"]
+        assert "in trainers ranks 0-3" in after["stacks"], after["stacks"]  # every proc's
         third = run_script(tmp_path, _args(SECOND, workers), env=env, timeout=90)
         last = _result(third)  # detached again by the second: the third takes it over
         assert last["counts"] == [5, 5, 5, 5] and last["kid"] == 2
@@ -223,3 +227,47 @@ def test_mistakes_are_refused_with_what_to_do(tmp_path) -> None:
         assert "no proc outlives its controller" in out["this_host"]
     finally:
         kill_tagged(run.tag)
+
+
+TWINS = COMMON + """
+a = hosts.spawn_procs(per_host={"gpus": 1}, name="dup")
+b = hosts.spawn_procs(per_host={"gpus": 1}, name="dup")
+a.spawn("counter", Counter).incr.call().get()
+a.detach()
+b.detach()
+say(uids=[a._uid, b._uid])
+"""
+
+TAKE_TWINS = COMMON + """
+out = {}
+try:
+    hosts.reattach_procs("dup")
+except ValueError as exc:
+    out["several"] = str(exc)
+uid = os.environ["UID"]
+try:
+    hosts.slice(hosts=0).reattach_procs(uid)
+except ValueError as exc:
+    out["part"] = str(exc)
+procs = hosts.reattach_procs(uid)
+out["count"] = list(procs.actor_meshes()["counter"].incr.call().get().values())
+out["left"] = hosts.detached_procs()
+say(**out)
+"""
+
+
+def test_twins_are_told_apart_by_uid_and_a_mesh_needs_all_its_hosts(tmp_path) -> None:
+    with _two_workers() as (env, workers):
+        first = run_script(tmp_path, _args(TWINS, workers), env=env, timeout=90)
+        try:
+            uids = _result(first)["uids"]
+            run = run_script(tmp_path, _args(TAKE_TWINS, workers), env={**env, "UID": uids[0]},
+                             timeout=90)
+            out = _result(run)
+            assert "several detached proc meshes of that name" in out["several"]
+            assert all(uid in out["several"] for uid in uids)
+            assert "which this host mesh does not hold" in out["part"], out
+            assert out["count"] == [2, 2]
+            assert out["left"] == ["dup"]  # the other twin, still kept
+        finally:
+            kill_tagged(first.tag)
