@@ -9,6 +9,8 @@ import contextlib
 import dataclasses
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import psutil
@@ -45,6 +47,20 @@ class Counter(Actor):
     @endpoint
     def shout(self) -> None:
         print(f"shout from rank {current_rank().rank}")
+
+    @endpoint
+    def kid_root(self) -> str:  # the kid reaches the controller that is its root now
+        return self.kid.root_echo.call_one().get()
+
+    @endpoint
+    def root_echo(self) -> str:
+        return ra.get_or_spawn_controller("echo", Echo).get().hello.call_one().get()
+
+
+class Echo(Actor):
+    @endpoint
+    def hello(self) -> str:
+        return f"echo from {os.getpid()}"
 
 hosts = attach_to_workers(sys.argv[1:])
 
@@ -87,6 +103,8 @@ else:
     out["counts"] = list(counters.incr.call().get().values())
     out["later"] = list(meshes["later"].incr.call().get().values())
     out["kid"] = counters.slice(hosts=1, gpus=1).kid_count.call_one().get()
+    out["kid_root"] = counters.slice(hosts=1, gpus=1).kid_root.call_one().get()
+    out["me"] = os.getpid()
     counters.shout.call().get()
     out["logs"] = procs.logs(tail=1).of(3)
     out["stacks"] = str(procs.stacks(timeout=10.0))
@@ -106,9 +124,9 @@ def _result(run) -> dict:
 
 
 @contextlib.contextmanager
-def _two_workers() -> Iterator[tuple[dict[str, str], list[str]]]:
+def _two_workers(**more: str) -> Iterator[tuple[dict[str, str], list[str]]]:
     env = {**os.environ, "REGENCY_SECRET": "detach-reattach", "PYTHONUNBUFFERED": "1",
-           "REGENCY_HOST_LOST_TIMEOUT": "3"}
+           "REGENCY_HOST_LOST_TIMEOUT": "3", **more}
     with loopback_worker(env) as (_, a), loopback_worker(env) as (_, b):
         yield env, [a, b]
 
@@ -145,6 +163,7 @@ def _reattach(tmp_path, env, workers, end: str) -> None:
         assert after["counts"] == [4, 4, 4, 4]  # the actors' state lived on
         assert after["later"] == [2, 2, 2, 2]
         assert after["kid"] == 1
+        assert after["kid_root"] == f"echo from {after['me']}"  # its root is the second
         assert after["pids"] == before["pids"]
         assert after["failures"] == [] and after["left"] == ["trainers"]
         for rank in range(4):  # their output reaches the new controller's terminal
@@ -269,5 +288,195 @@ def test_twins_are_told_apart_by_uid_and_a_mesh_needs_all_its_hosts(tmp_path) ->
             assert "which this host mesh does not hold" in out["part"], out
             assert out["count"] == [2, 2]
             assert out["left"] == ["dup"]  # the other twin, still kept
+        finally:
+            kill_tagged(first.tag)
+
+
+DEATHS_AND_STOPS = COMMON + """
+import threading
+heard = threading.Event()
+ra.unhandled_fault_hook = lambda failure: heard.set()   # the first controller lets it go
+died = hosts.spawn_procs(per_host={"gpus": 1}, name="died")
+c = died.spawn("counter", Counter)
+pid = c.pid.call().get()[{"hosts": 1, "gpus": 0}]
+os.kill(pid, signal.SIGKILL)
+assert heard.wait(60)                           # its host has reported it by then
+died.detach()                                   # detached after a rank died
+half = hosts.spawn_procs(per_host={"gpus": 1}, name="half")
+half.detach()
+half.slice(hosts=1).stop().get()                # detached, then a slice stopped
+mixed = hosts.spawn_procs(per_host={"gpus": 1}, name="mixed")
+mixed.detach()
+gone, kept, part = (mixed.spawn(n, Counter) for n in ("gone", "kept", "part"))
+gone.stop().get()
+part.slice(hosts=0).stop().get()
+kept.incr.call().get()
+say(ok=True)
+"""
+
+TAKE_DEATHS_AND_STOPS = COMMON + """
+failures = []
+ra.unhandled_fault_hook = lambda failure: failures.append(failure.report())
+out = {"names": hosts.detached_procs()}
+died = hosts.reattach_procs("died")
+out["failures"] = failures
+out["respawned"] = died.respawn()
+out["died"] = sorted(died.actor_meshes()["counter"].incr.call().get().values())
+half = hosts.reattach_procs("half")
+out["half_meshes"] = sorted(half.actor_meshes())
+mixed = hosts.reattach_procs("mixed")
+meshes = mixed.actor_meshes()
+out["mixed"] = sorted(meshes)
+try:
+    meshes["part"].incr.call().get()
+except SupervisionError as exc:
+    out["part"] = str(exc)
+out["part_rank1"] = meshes["part"].slice(hosts=1).incr.call_one().get()
+out["kept"] = sorted(meshes["kept"].incr.call().get().values())
+say(**out)
+"""
+
+
+def test_deaths_before_detach_and_stops_after_it_are_taken_over_as_they_are(tmp_path) -> None:
+    with _two_workers() as (env, workers):
+        first = run_script(tmp_path, _args(DEATHS_AND_STOPS, workers), env=env, timeout=90)
+        try:
+            assert _result(first)["ok"]
+            second = run_script(tmp_path, _args(TAKE_DEATHS_AND_STOPS, workers), env=env,
+                                timeout=90)
+            out = _result(second)
+            assert out["names"] == ["died", "half", "mixed"]
+            assert len(out["failures"]) == 2, out["failures"]  # the proc mesh, its actors
+            assert all("killed by signal SIGKILL" in f and "while no controller" not in f
+                       for f in out["failures"]), out["failures"]
+            assert out["respawned"] == [1] and out["died"] == [1, 1]
+            assert out["half_meshes"] == []
+            assert out["mixed"] == ["kept", "part"]  # "gone" was stopped before
+            assert "were stopped" in out["part"], out
+            assert out["part_rank1"] == 1 and out["kept"] == [2, 2]
+        finally:
+            kill_tagged(first.tag)
+
+
+HANDED_OVER = COMMON + """
+procs = hosts.spawn_procs(per_host={"gpus": 1}, name="shared")
+counters = procs.spawn("counter", Counter)
+counters.incr.call().get()
+procs.detach()
+hosts.stop().get()              # released: the next controller may take it over
+say(released=True)
+sys.stdin.readline()            # until the next controller has taken it over
+try:
+    counters.incr.call().get()
+except SupervisionError as exc:
+    say(refused=str(exc))
+"""
+
+TAKE_HANDED_OVER = COMMON + """
+procs = hosts.reattach_procs("shared")
+say(count=list(procs.actor_meshes()["counter"].incr.call().get().values()))
+"""
+
+
+def test_a_released_controller_no_longer_calls_the_mesh_it_handed_over(tmp_path) -> None:
+    with _two_workers() as (env, workers):
+        script = tmp_path / "first" / "script.py"
+        script.parent.mkdir()
+        script.write_text(_args(HANDED_OVER, workers))
+        first = subprocess.Popen([sys.executable, str(script)], env=env, text=True,
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        try:
+            assert first.stdout is not None and first.stdin is not None
+            assert "released" in first.stdout.readline()
+            second = run_script(tmp_path, _args(TAKE_HANDED_OVER, workers), env=env,
+                                timeout=90)
+            assert _result(second)["count"] == [2, 2]
+            out, _ = first.communicate("go\n", timeout=60)
+            assert "handed over" in out and "refused" in out, out
+        finally:
+            first.kill()
+            first.wait()
+
+
+BLOCKED = COMMON + """
+class Stuck(Actor):
+    @endpoint
+    async def block(self) -> None:
+        time.sleep(3600)            # holds its proc's event loop
+
+procs = hosts.spawn_procs(per_host={"gpus": 1}, name="stuck")
+stuck = procs.spawn("stuck", Stuck)
+procs.detach()
+stuck.slice(hosts=0).block.broadcast()
+say(ok=True)
+"""
+
+TAKE_BLOCKED = COMMON + """
+failures = []
+ra.unhandled_fault_hook = lambda failure: failures.append(failure.report())
+procs = hosts.reattach_procs("stuck")
+say(failures=failures, respawned=procs.respawn())
+"""
+
+
+def test_a_proc_that_does_not_answer_the_takeover_fails_and_can_be_respawned(tmp_path) -> None:
+    with _two_workers() as (env, workers):
+        first = run_script(tmp_path, "import time\n" + _args(BLOCKED, workers), env=env,
+                           timeout=90)
+        try:
+            assert _result(first)["ok"]
+            second = run_script(tmp_path, "import time\n" + _args(TAKE_BLOCKED, workers),
+                                env={**env, "REGENCY_CONNECT_TIMEOUT": "2"}, timeout=90)
+            out = _result(second)
+            assert any("did not answer this controller's takeover within 2s" in f
+                       for f in out["failures"]), out["failures"]
+            assert out["respawned"] == [0]
+        finally:
+            kill_tagged(first.tag)
+
+
+UNLOADABLE = COMMON + """
+sys.path.insert(0, os.environ["ONLY_HERE"])
+from only_here import Local
+
+procs = hosts.spawn_procs(per_host={"gpus": 1}, name="mixed")
+procs.spawn("local", Local).incr.call().get()
+procs.spawn("counter", Counter).incr.call().get()
+procs.detach()
+say(ok=True)
+"""
+
+TAKE_UNLOADABLE = COMMON + """
+import warnings
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    procs = hosts.reattach_procs("mixed")
+meshes = procs.actor_meshes()
+say(meshes=sorted(meshes), warned=[str(w.message) for w in seen],
+    count=list(meshes["counter"].incr.call().get().values()))
+"""
+
+
+def test_an_actor_class_that_does_not_load_here_is_skipped_with_a_warning(tmp_path) -> None:
+    only = tmp_path / "only"
+    only.mkdir()
+    (only / "only_here.py").write_text(
+        "from regency.actor import Actor, endpoint\n\n"
+        "class Local(Actor):\n"
+        "    @endpoint\n"
+        "    def incr(self) -> int:\n"
+        "        return 1\n")
+    with _two_workers(PYTHONPATH=str(only)) as (env, workers):
+        env = {**env, "ONLY_HERE": str(only)}
+        first = run_script(tmp_path, _args(UNLOADABLE, workers), env=env, timeout=90)
+        try:
+            assert _result(first)["ok"]
+            env.pop("PYTHONPATH")
+            second = run_script(tmp_path, _args(TAKE_UNLOADABLE, workers), env=env,
+                                timeout=90)
+            out = _result(second)
+            assert out["meshes"] == ["counter"] and out["count"] == [2, 2]
+            assert any("actor mesh 'local' is not adopted" in w and "only_here" in w
+                       for w in out["warned"]), out["warned"]
         finally:
             kill_tagged(first.tag)

@@ -12,25 +12,30 @@ The controller's side, which builds the books and mesh objects, is ``_reattach``
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from .._runtime._host_agent import HostAgent, ProcRecord
 from .._runtime._runtime import Runtime
 from .._wire import _messages as m
 from ..errors import TransportError
+from ._state import api_state
 
 __all__ = ["KeptMeshes", "on_adopt"]
+
+RECENT_EXITS = 4096  # exit reports a worker remembers, for meshes detached after a death
 
 
 @dataclass(eq=False)
 class Kept:
-    """A mesh detached on this worker: the procs it kept and its controller's record."""
+    """A mesh detached on this worker: its procs here and its controller's record."""
 
     name: str
     addrs: set[str]
     record: bytes
-    exits: list[m.ProcExited] = field(default_factory=list)  # told to no one yet
+    ended: dict[str, m.ProcExited] = field(default_factory=dict)  # addr -> its exit report
 
 
 class KeptMeshes:
@@ -43,6 +48,7 @@ class KeptMeshes:
         self.agent = agent
         self.controller = controller
         self.meshes: dict[str, Kept] = {}  # mesh uid -> what is kept
+        self.recent: collections.OrderedDict[str, m.ProcExited] = collections.OrderedDict()
         rt.handle(m.KeepProcs, self._on_keep)
         rt.handle(m.ListKept, self._on_list)
         rt.handle(m.Reattach, self._on_reattach)
@@ -59,25 +65,37 @@ class KeptMeshes:
     def _on_keep(self, msg: m.KeepProcs) -> None:
         if self._refused(msg.port, msg.controller):
             return
+        if not msg.addrs:  # its controller stopped the whole mesh: nothing to keep
+            self.meshes.pop(msg.mesh_uid, None)
+            self.rt.send_reply(msg.port, None, m.OK, None)
+            return
         kept = self.meshes.get(msg.mesh_uid)
         if kept is None:
             kept = self.meshes[msg.mesh_uid] = Kept(msg.name, set(), msg.record)
         kept.record = msg.record  # the latest: it names the actor meshes spawned since
         kept.addrs = set(msg.addrs)  # the mesh's procs here now (a respawned rank's new one)
-        kept.exits = [e for e in kept.exits if e.addr in kept.addrs]
+        kept.ended = {a: self._report_of(a, msg.mesh_uid, kept) for a in kept.addrs
+                      if a not in self.agent.procs}
         self.rt.send_reply(msg.port, None, m.OK, None)
+
+    def _report_of(self, addr: str, uid: str, kept: Kept) -> m.ProcExited:
+        """Why the proc ``addr``, no longer here, ended, as its exit report said."""
+        report = kept.ended.get(addr) or self.recent.get(addr)
+        if report is not None:
+            return report
+        rank = addr.rsplit("-", 1)[-1]
+        return m.ProcExited(addr, None, "had ended before its mesh was detached", False, uid,
+                            int(rank) if rank.isdigit() else 0, self.rt.hostname, [])
 
     def _on_list(self, msg: m.ListKept) -> None:
         if self._refused(msg.port, msg.controller):
             return
         listing = []
-        for uid, kept in list(self.meshes.items()):
+        for uid, kept in self.meshes.items():
             live = sorted(a for a in kept.addrs if a in self.agent.procs)
-            if not live and not kept.exits:  # stopped by its owner: nothing left to adopt
-                del self.meshes[uid]
-                continue
+            failed = sorted(a for a, r in kept.ended.items() if not r.expected)
             listing.append({"uid": uid, "name": kept.name, "record": kept.record,
-                            "live": live, "dead": sorted(kept.addrs.difference(live))})
+                            "live": live, "failed": failed})
         self.rt.send_reply(msg.port, None, m.OK, listing)
 
     def _on_reattach(self, msg: m.Reattach) -> None:
@@ -89,18 +107,32 @@ class KeptMeshes:
                 f"worker {self.rt.address} keeps no proc mesh {msg.mesh_uid} (another "
                 "controller took it over, or its procs ended with this worker)"))
             return
-        for rec in self.agent.procs.values():
-            if rec.addr in kept.addrs:
-                rec.owner = msg.controller  # its exit is told to the new owner
+        taken = [rec for rec in self.agent.procs.values() if rec.addr in kept.addrs]
+        for rec in taken:
+            rec.owner = msg.controller  # its exit is told to the new owner
+            self._output_read(rec, msg.controller)
         self.rt.send_reply(msg.port, None, m.OK, None)
-        for report in kept.exits:  # after the answer: the owner has its books by then
-            cause = f"{report.cause} while no controller was attached"
-            self.rt.send_sys(msg.controller, replace(report, cause=cause))
+        for report in kept.ended.values():  # after the answer: the owner has its books
+            self.rt.send_sys(msg.controller, report)
+
+    def _output_read(self, rec: ProcRecord, controller: str) -> None:
+        """Tell the new controller how much of ``rec``'s output was read: what it printed
+        meanwhile went to its log file only, and the controller must not wait for it."""
+        if not rec.marked:
+            return
+        for fd, kind in zip(rec.pipes_at_start, ("stdout", "stderr")):
+            self.rt.send_sys(controller, m.ProcOutput(rec.label, kind, [], rec.addr,
+                                                      rec.read.get(fd, 0)))
 
     def _on_exit_report(self, rec: ProcRecord, report: m.ProcExited) -> None:
+        if not report.expected and self.controller() is None:
+            report = replace(report, cause=f"{report.cause} while no controller was attached")
+        self.recent[rec.addr] = report
+        while len(self.recent) > RECENT_EXITS:
+            self.recent.popitem(last=False)
         kept = self.meshes.get(rec.mesh_uid)
-        if kept is not None and rec.addr in kept.addrs and not report.expected:
-            kept.exits.append(report)  # a failure the next controller must hear of
+        if kept is not None and rec.addr in kept.addrs:
+            kept.ended[rec.addr] = report  # the next controller hears of it
 
     def spared(self) -> set[str]:
         """The procs that stay when the controller goes: those kept, and those they own."""
@@ -114,8 +146,10 @@ class KeptMeshes:
 
 
 def on_adopt(rt: Runtime, msg: m.Adopt) -> None:
-    """In a proc of a reattached mesh: the new controller is this proc's root, and owns the
-    actor meshes the old one owned here. Answers with the actor meshes that live here."""
+    """In a proc of a reattached mesh (or one such a proc spawned): the new controller is
+    this proc's root, and owns the actor meshes the old one owned here. Answers with the
+    state of each actor mesh here; a failure the old controller may never have heard of is
+    sent to the new one."""
     old = set(msg.old)
     rt.root = msg.root
     rt.root_addresses = {msg.root, *msg.root_addresses}
@@ -124,8 +158,34 @@ def on_adopt(rt: Runtime, msg: m.Adopt) -> None:
     if isinstance(controllers, set):  # a worker's proc marks its output for its controller
         controllers.difference_update(old)
         controllers.update(rt.root_addresses, {msg.owner})
-    for cell in rt.cells.values():
-        behavior = getattr(cell, "behavior", None)
-        if behavior is not None and getattr(behavior, "owner", None) in old:
-            behavior.owner = msg.owner
-    rt.send_reply(msg.port, None, m.OK, sorted(rt.cells))
+    states: dict[str, list[str]] = {"live": [], "failed": [], "stopped": []}
+    for uid, cell in rt.cells.items():
+        states[_adopt_cell(rt, cell, msg, old)].append(uid)
+    _pass_on(rt, msg)
+    rt.send_reply(msg.port, None, m.OK, states)
+
+
+def _adopt_cell(rt: Runtime, cell: Any, msg: m.Adopt, old: set[str]) -> str:
+    """Make the new controller the owner of ``cell``'s actor if the old one owned it;
+    returns its state: ``live``, ``failed`` (the failure is sent again) or ``stopped``."""
+    behavior = getattr(cell, "behavior", None)
+    if behavior is None:
+        return "stopped"  # a tombstone: calls to it fail at once
+    if getattr(behavior, "owner", None) not in old:
+        return "live"  # an actor's own mesh: its owner is still there
+    behavior.owner = msg.owner
+    failure = getattr(behavior, "failure", None)
+    if failure is None:
+        return "live"
+    rt.send_sys(msg.owner, m.ActorFailed(behavior.uid, behavior.g, failure,
+                                         behavior.owner_uid))
+    return "failed"
+
+
+def _pass_on(rt: Runtime, msg: m.Adopt) -> None:
+    """The procs this proc's actors spawned take the new root too (no answer awaited)."""
+    for record in api_state(rt).proc_meshes.values():
+        for addr in record.addr_list:
+            port_id = rt.open_port(lambda reply, frame: None)
+            rt.send_sys(addr, replace(msg, port=(rt.contact, port_id)))
+            rt.loop.call_later(30.0, rt.close_port, port_id)

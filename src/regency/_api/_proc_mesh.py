@@ -170,7 +170,7 @@ class ProcMesh(MeshTrait):
             rt.post(self._proc_addrs[g], frame)
         record = api_state(rt).proc_meshes.get(self._uid)
         if record is not None and record.detached:  # the next controller adopts it too
-            _reattach.send_record(rt, self._uid, wait=False)
+            _reattach.send_record(rt, self._uid)
         mesh = ActorMesh(uid, name, Class, shape, self._proc_addrs, shape, fanout)
         return mesh  # type: ignore[return-value]
 
@@ -231,6 +231,8 @@ class ProcMesh(MeshTrait):
             return completed(None)  # stopped already: a second stop is a no-op
         if info is not None and len(ranks) == size:
             info.state.stopped = reason  # stopped as a whole: shutdown need not stop it again
+            if info.detached:  # nothing left for the next controller
+                _reattach.forget(rt, self._uid)
             spawned = api_state(rt).spawned
             for uid in [u for u, p in spawned.items() if p.proc_mesh._uid == self._uid]:
                 del spawned[uid]  # their actors are gone with the procs: no respawn
@@ -257,9 +259,11 @@ class ProcMesh(MeshTrait):
         (``HostMesh.stop()``) or stops renewing its lease, each worker keeps these procs
         (and what they spawned) instead of killing them, and another controller attached
         to the same workers takes them over with ``hosts.reattach_procs(name)``, then
-        ``procs.actor_meshes()``. Actor meshes spawned on it later are kept too. A
-        reattached mesh ends with its new controller unless that one detaches it again.
-        ``HostMesh.shutdown()`` still ends the workers and every proc. Example::
+        ``procs.actor_meshes()``. A slice detaches the whole mesh. Actor meshes spawned
+        on it later are kept too. After ``HostMesh.stop()`` this controller's calls to the
+        mesh are refused: it was handed over. A reattached mesh ends with its new
+        controller unless that one detaches it again. ``HostMesh.shutdown()`` still ends
+        the workers and every proc. Example::
 
             procs = hosts.spawn_procs(per_host={"gpus": 2}, name="trainers")
             model = procs.spawn("model", Model)
@@ -625,8 +629,10 @@ class HostMesh(MeshTrait):
         Its procs and actors run on with their state; this controller is their root and
         owner from now on, so their failures reach it, and the mesh ends with it unless
         it is detached again. ``procs.actor_meshes()`` gives its actor meshes. Ranks that
-        died while no controller was attached fail through supervision now, with the
-        cause their host saw (respawn them with ``procs.respawn()``).
+        died in between, and live procs that do not answer the takeover within
+        ``connect_timeout``, fail through supervision now, with the cause their host saw
+        (respawn them with ``procs.respawn()``). An actor mesh whose class does not load
+        here is not adopted (a ``RuntimeWarning`` says which).
 
         Raises:
             ValueError: no kept mesh of that name (the message lists those kept), several
@@ -636,8 +642,7 @@ class HostMesh(MeshTrait):
         if not isinstance(name, str):
             raise TypeError(f"reattach_procs needs the mesh's name, got {name!r}")
         agents = self._remote_agents("reattach_procs")
-        rt = runtime()
-        record, _ = _reattach.reattach(rt, agents, name)
+        record = _reattach.reattach(runtime(), agents, name)
         return ProcMesh(record.uid, record.name, record.shape, record.addrs, record.agents)
 
     def _remote_agents(self, what: str) -> tuple[str, ...]:
@@ -667,9 +672,9 @@ class HostMesh(MeshTrait):
         agents = tuple(self._agents[g] for g in self._shape_.ranks())
         rt = runtime()
         remote = tuple(a for a in agents if a.startswith("tcp:"))
+        if not exit:  # the detached meshes there are the next controller's now
+            _reattach.hand_over(rt, remote)
         for info in api_state(rt).proc_meshes.values():
-            if info.detached and not exit:
-                continue  # its workers keep it for the next controller
             if any(a in agents for a in info.agents):
                 info.state.stopped = info.state.stopped or "host mesh stopped"
         if remote:

@@ -143,10 +143,25 @@ def _settle(fut: asyncio.Future[None]) -> None:
         fut.set_result(None)
 
 
+async def _spawns_delivered(rt: Runtime, timeout: float) -> None:
+    """Wait (``timeout`` s at most) until every proc of a detached mesh acknowledged the
+    actor meshes spawned on it: a spawn just before the end must reach the procs that
+    outlive this controller (their acknowledgement comes before ``__init__`` runs)."""
+    api = api_state(rt)
+    kept = {uid for uid, info in api.proc_meshes.items()
+            if info.detached and not info.state.stopped}
+    waits = [st.ready.as_asyncio() for uid, payload in api.spawned.items()
+             if payload.proc_mesh._uid in kept and (st := api.mesh_state.get(uid)) is not None
+             and not st.ready.done()]
+    if waits:
+        await asyncio.wait(waits, timeout=timeout)
+
+
 async def stop_everything(rt: Runtime, timeout: float) -> None:
     """Controller shutdown: stop owned proc meshes, local actors, then the host agent."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
+    await _spawns_delivered(rt, max(0.1, min(5.0, timeout / 2)))
     by_agent: dict[str, list[str]] = {}
     for info in api_state(rt).proc_meshes.values():
         if info.state.stopped or info.detached:  # a detached mesh: its workers keep it

@@ -294,6 +294,10 @@ class Runtime:
             raise ValueError(f"{kind.__qualname__} is not a registered system-message kind")
         self._sys_handlers[kind.KIND] = handler
 
+    def dispatch(self, msg: SystemMessage) -> None:
+        """Handle ``msg`` here as if it had arrived (loop thread)."""
+        self._sys_handlers[msg.KIND](msg)
+
     # -- receiving ---------------------------------------------------------------------------
     def _on_inbound(self, inbound: Inbound) -> None:
         """A frame and its header, decoded by the connection that read it (loop thread)."""
