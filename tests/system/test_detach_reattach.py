@@ -217,6 +217,19 @@ def test_a_rank_that_died_while_detached_fails_at_reattach_and_respawns(tmp_path
 MISTAKES = COMMON + """
 from regency.actor import this_host
 out = {}
+handed = hosts.spawn_procs(name="handed")
+handed.detach()
+hosts.stop()                               # handed over to the next controller
+out["released"] = hosts.detached_procs.__name__
+try:
+    hosts.detached_procs()
+except RuntimeError as exc:
+    out["released"] = str(exc)
+hosts = attach_to_workers(sys.argv[1:])    # attached again: the next controller is us
+try:
+    hosts.reattach_procs("handed")
+except ValueError as exc:
+    out["taken_back"] = str(exc)
 local = this_host().spawn_procs(name="here")
 try:
     local.detach()
@@ -242,8 +255,13 @@ def test_mistakes_are_refused_with_what_to_do(tmp_path) -> None:
         out = _result(run)
         assert "this controller's own host" in out["local"]
         assert "attach_to_workers" in out["local"]
-        assert "keep no detached proc mesh of that name; they keep: none" in out["unknown"]
+        assert "keep no detached proc mesh of that name; they keep: handed (" in \
+            out["unknown"]
         assert "no proc outlives its controller" in out["this_host"]
+        assert "are not attached to this controller (released by hosts.stop()" in \
+            out["released"]
+        assert "this controller handed it over" in out["taken_back"]
+        assert "another controller (a new process)" in out["taken_back"]
     finally:
         kill_tagged(run.tag)
 
@@ -308,6 +326,7 @@ half.slice(hosts=1).stop().get()                # detached, then a slice stopped
 mixed = hosts.spawn_procs(per_host={"gpus": 1}, name="mixed")
 mixed.detach()
 gone, kept, part = (mixed.spawn(n, Counter) for n in ("gone", "kept", "part"))
+twins = [mixed.spawn("twin", Counter) for _ in range(2)]
 gone.stop().get()
 part.slice(hosts=0).stop().get()
 kept.incr.call().get()
@@ -326,7 +345,9 @@ half = hosts.reattach_procs("half")
 out["half_meshes"] = sorted(half.actor_meshes())
 mixed = hosts.reattach_procs("mixed")
 meshes = mixed.actor_meshes()
-out["mixed"] = sorted(meshes)
+out["mixed"] = sorted(k for k in meshes if not k.startswith("twin-"))
+out["twins"] = sorted(m._uid for k, m in meshes.items() if k.startswith("twin-"))
+out["twin_keys"] = sorted(k for k in meshes if k.startswith("twin-"))
 try:
     meshes["part"].incr.call().get()
 except SupervisionError as exc:
@@ -352,6 +373,7 @@ def test_deaths_before_detach_and_stops_after_it_are_taken_over_as_they_are(tmp_
             assert out["respawned"] == [1] and out["died"] == [1, 1]
             assert out["half_meshes"] == []
             assert out["mixed"] == ["kept", "part"]  # "gone" was stopped before
+            assert len(out["twins"]) == 2 and out["twin_keys"] == out["twins"]  # by uid
             assert "were stopped" in out["part"], out
             assert out["part_rank1"] == 1 and out["kept"] == [2, 2]
         finally:

@@ -25,7 +25,8 @@ from ._state import api_state
 
 __all__ = ["KeptMeshes", "on_adopt"]
 
-RECENT_EXITS = 4096  # exit reports a worker remembers, for meshes detached after a death
+RECENT_EXITS = 1024  # exit reports a worker remembers, for meshes detached after a death
+_KEPT_LINES, _LINE_CHARS = 5, 300  # of their last lines
 
 
 @dataclass(eq=False)
@@ -33,8 +34,9 @@ class Kept:
     """A mesh detached on this worker: its procs here and its controller's record."""
 
     name: str
+    controller: str  # the one that detached it (whose terminal shows its output)
     addrs: set[str]
-    record: bytes
+    parts: dict[str, bytes] = field(default_factory=dict)  # the record, by part
     ended: dict[str, m.ProcExited] = field(default_factory=dict)  # addr -> its exit report
 
 
@@ -53,6 +55,7 @@ class KeptMeshes:
         rt.handle(m.ListKept, self._on_list)
         rt.handle(m.Reattach, self._on_reattach)
         agent.exit_reports.append(self._on_exit_report)
+        agent.muted = self._muted
 
     def _refused(self, port: m.PortRef, who: str) -> bool:
         """Answer a request of a controller this worker does not serve with an error."""
@@ -71,8 +74,8 @@ class KeptMeshes:
             return
         kept = self.meshes.get(msg.mesh_uid)
         if kept is None:
-            kept = self.meshes[msg.mesh_uid] = Kept(msg.name, set(), msg.record)
-        kept.record = msg.record  # the latest: it names the actor meshes spawned since
+            kept = self.meshes[msg.mesh_uid] = Kept(msg.name, msg.controller, set())
+        kept.parts.update(msg.parts)  # the actor meshes spawned since, a respawn's addresses
         kept.addrs = set(msg.addrs)  # the mesh's procs here now (a respawned rank's new one)
         kept.ended = {a: self._report_of(a, msg.mesh_uid, kept) for a in kept.addrs
                       if a not in self.agent.procs}
@@ -94,7 +97,7 @@ class KeptMeshes:
         for uid, kept in self.meshes.items():
             live = sorted(a for a in kept.addrs if a in self.agent.procs)
             failed = sorted(a for a, r in kept.ended.items() if not r.expected)
-            listing.append({"uid": uid, "name": kept.name, "record": kept.record,
+            listing.append({"uid": uid, "name": kept.name, "parts": kept.parts,
                             "live": live, "failed": failed})
         self.rt.send_reply(msg.port, None, m.OK, listing)
 
@@ -127,12 +130,21 @@ class KeptMeshes:
     def _on_exit_report(self, rec: ProcRecord, report: m.ProcExited) -> None:
         if not report.expected and self.controller() is None:
             report = replace(report, cause=f"{report.cause} while no controller was attached")
-        self.recent[rec.addr] = report
-        while len(self.recent) > RECENT_EXITS:
-            self.recent.popitem(last=False)
         kept = self.meshes.get(rec.mesh_uid)
         if kept is not None and rec.addr in kept.addrs:
             kept.ended[rec.addr] = report  # the next controller hears of it
+        lines = [line[:_LINE_CHARS] for line in report.last_lines[-_KEPT_LINES:]]
+        self.recent[rec.addr] = replace(report, last_lines=lines)  # kept small: most are
+        while len(self.recent) > RECENT_EXITS:  # never asked for
+            self.recent.popitem(last=False)
+
+    def _muted(self, rec: ProcRecord) -> bool:
+        """Whether ``rec``'s output stays in its log file: a kept proc (or one it spawned)
+        whose controller is not the one attached (that one did not take it over)."""
+        here = self.controller()
+        return any(kept.controller != here and (rec.addr in kept.addrs or
+                                                rec.owner in kept.addrs)
+                   for kept in self.meshes.values())
 
     def spared(self) -> set[str]:
         """The procs that stay when the controller goes: those kept, and those they own."""

@@ -170,7 +170,7 @@ class ProcMesh(MeshTrait):
             rt.post(self._proc_addrs[g], frame)
         record = api_state(rt).proc_meshes.get(self._uid)
         if record is not None and record.detached:  # the next controller adopts it too
-            _reattach.send_record(rt, self._uid)
+            _reattach.send_actor(rt, self._uid, payload)
         mesh = ActorMesh(uid, name, Class, shape, self._proc_addrs, shape, fanout)
         return mesh  # type: ignore[return-value]
 
@@ -231,8 +231,6 @@ class ProcMesh(MeshTrait):
             return completed(None)  # stopped already: a second stop is a no-op
         if info is not None and len(ranks) == size:
             info.state.stopped = reason  # stopped as a whole: shutdown need not stop it again
-            if info.detached:  # nothing left for the next controller
-                _reattach.forget(rt, self._uid)
             spawned = api_state(rt).spawned
             for uid in [u for u, p in spawned.items() if p.proc_mesh._uid == self._uid]:
                 del spawned[uid]  # their actors are gone with the procs: no respawn
@@ -249,6 +247,8 @@ class ProcMesh(MeshTrait):
 
         for agent, addrs in by_agent.items():
             rt.send_sys(agent, m.StopProcs(addrs, reason, agent_port(agent, stopped_there)))
+        if info is not None and info.detached and len(ranks) == size:
+            _reattach.forget(rt, self._uid)  # nothing left for the next controller
         return Future._from(done)
 
     def detach(self) -> None:
@@ -279,15 +279,22 @@ class ProcMesh(MeshTrait):
 
     def actor_meshes(self) -> dict[str, ActorMesh]:
         """The live actor meshes this controller spawned (or reattached) on this proc
-        mesh, by name (a regency extension; after ``reattach_procs``, how to reach them)."""
+        mesh, by name, or by uid where several share a name (a regency extension; after
+        ``reattach_procs``, how to reach them). Empty once the proc mesh was stopped or
+        handed over."""
         api = api_state(runtime())
+        record = api.proc_meshes.get(self._uid)
+        if record is None or record.state.stopped:
+            return {}
+        found = [(uid, payload, owned) for uid, payload in api.spawned.items()
+                 if payload.proc_mesh._uid == self._uid
+                 and (owned := api.owned.get(uid)) is not None and owned.cls is not None]
+        names = [payload.name for _, payload, _ in found]
         out: dict[str, ActorMesh] = {}
-        for uid, payload in api.spawned.items():
-            owned = api.owned.get(uid)
-            if payload.proc_mesh._uid != self._uid or owned is None or owned.cls is None:
-                continue
-            out[payload.name] = ActorMesh(uid, payload.name, owned.cls, payload.shape,
-                                          payload.proc_addrs, payload.shape, payload.fanout)
+        for uid, payload, owned in found:
+            key = payload.name if names.count(payload.name) == 1 else uid
+            out[key] = ActorMesh(uid, payload.name, owned.cls, payload.shape,
+                                 payload.proc_addrs, payload.shape, payload.fanout)
         return out
 
     def stacks(self, timeout: float = 1.0) -> Stacks:
@@ -617,10 +624,16 @@ class HostMesh(MeshTrait):
 
     def detached_procs(self) -> list[str]:
         """The names of the proc meshes that controllers detached on these hosts and that
-        their workers keep for the next one (a regency extension; see
-        ``ProcMesh.detach``)."""
+        their workers keep for the next one, one per mesh (a name twice: two meshes; a
+        regency extension, see ``ProcMesh.detach``).
+
+        Raises:
+            ValueError: this is this controller's own host (nothing is kept there).
+            RuntimeError: the workers are not attached to this controller (released).
+        """
         agents = self._remote_agents("detached_procs")
-        return sorted({e["name"] for e in _reattach.kept_meshes(runtime(), agents)})
+        kept = {e["uid"]: e["name"] for e in _reattach.kept_meshes(runtime(), agents)}
+        return sorted(kept.values())
 
     def reattach_procs(self, name: str) -> ProcMesh:
         """Take over the proc mesh named ``name`` (or by its uid) that an earlier controller
@@ -636,8 +649,10 @@ class HostMesh(MeshTrait):
 
         Raises:
             ValueError: no kept mesh of that name (the message lists those kept), several
-                (pass the uid), procs on hosts outside this host mesh, or a host mesh of
-                this controller's own host.
+                (pass the uid), procs on hosts outside this host mesh, a host mesh of
+                this controller's own host, or a mesh this controller handed over.
+            RuntimeError: the workers are not attached to this controller (released).
+            TransportError: no worker of the mesh could hand it over.
         """
         if not isinstance(name, str):
             raise TypeError(f"reattach_procs needs the mesh's name, got {name!r}")
@@ -654,6 +669,11 @@ class HostMesh(MeshTrait):
             raise ValueError(f"{what}: this host mesh holds this controller's own host, where "
                              "no proc outlives its controller; use the worker hosts (a job's "
                              "host mesh, or attach_to_workers)")
+        gone = [a for a in agents if a not in api_state(rt).heartbeats]
+        if gone:
+            raise RuntimeError(f"{what}: worker(s) {', '.join(gone)} are not attached to this "
+                               "controller (released by hosts.stop(), or lost); attach to "
+                               "them again (job.state() or attach_to_workers)")
         return agents
 
     def shutdown(self) -> Future[None]:

@@ -1,19 +1,24 @@
 """Detaching a proc mesh from this controller, and reattaching one a controller detached.
 
-``ProcMesh.detach()`` sends each worker of the mesh a ``MeshRecord``: what a later
-controller needs to take the mesh over (its shape, addresses, proc spec, and the actor
-meshes this controller spawned there, with their classes). The workers keep the procs when
-this controller ends (``_kept``). ``HostMesh.reattach_procs(name)`` in another controller
-reads the records back, makes the books this controller would have made had it spawned the
-mesh (supervision, respawn), takes the procs over at each worker and tells each proc its new
-root (``Adopt``). Ranks that died in between fail through supervision then, with the cause
-their host recorded; a proc that does not answer the takeover is failed the same way.
+``ProcMesh.detach()`` sends each worker of the mesh the parts of a record: what a later
+controller needs to take the mesh over (a ``MeshRecord``: shape, addresses, proc spec; an
+``ActorRecord`` per actor mesh this controller spawned there, with its class). The workers
+keep the procs when this controller ends (``_kept``). ``HostMesh.reattach_procs(name)`` in
+another controller reads the records back, makes the books this controller would have made
+had it spawned the mesh (supervision, respawn), takes the procs over at each worker and tells
+each proc its new root (``Adopt``). Ranks that died in between fail through supervision
+then, with the cause their host recorded; so do procs that do not answer the takeover, and
+those of a worker that keeps nothing of the mesh any more (it never heard of the detach, or
+a takeover there ended half way).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import warnings
+from collections.abc import Awaitable
+from concurrent.futures import Future as ThreadFuture
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -23,12 +28,16 @@ from .. import config
 from .._mesh import Shape
 from .._runtime._runtime import Runtime
 from .._wire import _messages as m
+from ..errors import TransportError
 from ._leases import ask
 from ._mesh_state import _state
 from ._state import OwnedMesh, ProcMeshRecord, api_state, supervisor
 
-__all__ = ["MeshRecord", "detach", "forget", "hand_over", "kept_meshes", "reattach",
-           "send_record"]
+__all__ = ["ActorRecord", "MeshRecord", "detach", "forget", "hand_over", "kept_meshes",
+           "reattach", "send_actor", "send_mesh", "sends_done"]
+
+log = logging.getLogger("regency.detach")
+_MESH = "mesh"  # the record's part that describes the proc mesh; actor meshes: "actor:UID"
 
 
 @dataclass
@@ -42,13 +51,24 @@ class MeshRecord:
     agents: tuple[str, ...]  # by rank: its host agent
     spec: dict[str, Any]
     entries: dict[int, dict[str, Any]]
-    actors: list[m.SpawnActor]  # the live actor meshes spawned on it, as spawned
-    classes: dict[str, bytes]  # actor mesh uid -> its class, pickled on its own
+
+
+@dataclass
+class ActorRecord:
+    """An actor mesh of a detached proc mesh: as it was spawned, and its class pickled on
+    its own (a class that does not load leaves out its mesh, not the whole record)."""
+
+    payload: m.SpawnActor
+    cls: bytes
 
 
 def detach(rt: Runtime, uid: str, what: str) -> None:
     """Keep proc mesh ``uid`` running when this controller ends (blocks until every worker
-    of the mesh said so)."""
+    of the mesh said so).
+
+    Raises:
+        TransportError: a worker could not be told (the message names it).
+    """
     record = api_state(rt).proc_meshes.get(uid)
     if record is None or record.owner_uid is not None or rt.role != "controller":
         raise RuntimeError(
@@ -64,22 +84,49 @@ def detach(rt: Runtime, uid: str, what: str) -> None:
             f"detach: {what} has procs on this controller's own host ({', '.join(local)}), "
             "which end with this controller; spawn it on worker hosts (a job's host mesh, "
             "or attach_to_workers) to keep it beyond this controller")
+    api = api_state(rt)
+    parts = {_MESH: _mesh_part(record, uid)}
+    for payload in api.spawned.values():
+        if payload.proc_mesh._uid == uid and payload.uid in api.owned:
+            parts[f"actor:{payload.uid}"] = _actor_part(rt, payload)
+    done = _keep(rt, uid, record, _by_agent(record), parts)
+    try:
+        done.result(float(config.get("connect_timeout")) + 5)
+    except TransportError as exc:
+        raise TransportError(f"detach: {what}: {exc}") from None
     record.detached = True
-    send_record(rt, uid)
 
 
-def send_record(rt: Runtime, uid: str) -> None:
-    """Send proc mesh ``uid``'s record to its workers (again after a spawn on it or a
-    respawn of its ranks), until each answered."""
+def send_mesh(rt: Runtime, uid: str) -> None:
+    """Tell the workers of detached mesh ``uid`` its addresses again (a respawn changed
+    them); not waited for: ``sends_done`` at shutdown."""
     record = api_state(rt).proc_meshes[uid]
-    data = cloudpickle.dumps(_record_of(rt, uid, record))
-    _keep(rt, uid, record, _by_agent(record), data)
+    _keep(rt, uid, record, _by_agent(record), {_MESH: _mesh_part(record, uid)})
+
+
+def send_actor(rt: Runtime, uid: str, payload: m.SpawnActor) -> None:
+    """Tell the workers of detached mesh ``uid`` of an actor mesh spawned on it."""
+    record = api_state(rt).proc_meshes[uid]
+    _keep(rt, uid, record, _by_agent(record), {f"actor:{payload.uid}": _actor_part(rt, payload)})
 
 
 def forget(rt: Runtime, uid: str) -> None:
-    """Proc mesh ``uid`` was stopped by this controller: its workers keep nothing of it."""
+    """Proc mesh ``uid`` was stopped by this controller: its workers keep nothing of it
+    (not waited for; a worker that cannot be told has lost the procs anyway)."""
     record = api_state(rt).proc_meshes[uid]
-    _keep(rt, uid, record, {a: [] for a in record.agents}, b"")
+    _keep(rt, uid, record, {a: [] for a in record.agents}, {})
+
+
+def _mesh_part(record: ProcMeshRecord, uid: str) -> bytes:
+    assert record.spec is not None
+    return cloudpickle.dumps(MeshRecord(uid, record.name, record.shape,
+                                        tuple(record.addr_list), tuple(record.agents),
+                                        record.spec, dict(record.entries)))
+
+
+def _actor_part(rt: Runtime, payload: m.SpawnActor) -> bytes:
+    cls = api_state(rt).owned[payload.uid].cls
+    return cloudpickle.dumps(ActorRecord(payload, cloudpickle.dumps(cls)))
 
 
 def _by_agent(record: ProcMeshRecord) -> dict[str, list[str]]:
@@ -90,32 +137,41 @@ def _by_agent(record: ProcMeshRecord) -> dict[str, list[str]]:
 
 
 def _keep(rt: Runtime, uid: str, record: ProcMeshRecord, by_agent: dict[str, list[str]],
-          data: bytes) -> None:
+          parts: dict[str, bytes]) -> ThreadFuture[None]:
+    """Send ``KeepProcs`` to each worker (from any thread); the future completes when all
+    answered, or fails naming the first that did not. Kept until shutdown (``sends_done``)."""
     timeout = float(config.get("connect_timeout"))
 
     async def keep(agent: str, addrs: list[str]) -> None:
-        await ask(rt, agent, lambda port, me: m.KeepProcs(port, me, uid, record.name, addrs,
-                                                          data), timeout)
+        try:
+            await ask(rt, agent, lambda port, me: m.KeepProcs(port, me, uid, record.name,
+                                                              addrs, parts), timeout)
+        except (TimeoutError, asyncio.TimeoutError):
+            raise TransportError(f"worker {agent} did not answer within {timeout:g}s") from None
+        except Exception as exc:  # noqa: BLE001 - said with the worker's name
+            raise TransportError(f"worker {agent} could not be told: {exc}") from None
 
     async def all_kept() -> None:
         await asyncio.gather(*(keep(a, addrs) for a, addrs in by_agent.items()))
 
-    if not rt.on_loop():
-        rt.run_sync(all_kept, timeout=timeout + 5)
-        return
-    task = rt.loop.create_task(all_kept())  # called on the loop (an async actor here)
-    rt.background.add(task)
-    task.add_done_callback(rt.background.discard)
+    done = asyncio.run_coroutine_threadsafe(all_kept(), rt.loop)
+    pending = api_state(rt).kept_sends
+    pending.add(done)
+    done.add_done_callback(lambda f: _sent(pending, f, record.name))
+    return done
 
 
-def _record_of(rt: Runtime, uid: str, record: ProcMeshRecord) -> MeshRecord:
-    api = api_state(rt)
-    actors = [p for p in api.spawned.values() if p.proc_mesh._uid == uid]
-    classes = {p.uid: cloudpickle.dumps(api.owned[p.uid].cls) for p in actors
-               if p.uid in api.owned}
-    assert record.spec is not None
-    return MeshRecord(uid, record.name, record.shape, tuple(record.addr_list),
-                      tuple(record.agents), record.spec, dict(record.entries), actors, classes)
+def _sent(pending: set[Any], done: ThreadFuture[None], name: str) -> None:
+    pending.discard(done)
+    if not done.cancelled() and done.exception() is not None:
+        log.warning("regency: keeping detached proc mesh %s: %s", name, done.exception())
+
+
+def sends_done(rt: Runtime, timeout: float) -> Awaitable[Any] | None:
+    """What shutdown waits for (``timeout`` s at most): the workers' answers to the record
+    parts sent without waiting (a spawn just before the end)."""
+    pending = [asyncio.wrap_future(f) for f in api_state(rt).kept_sends]
+    return asyncio.wait(pending, timeout=timeout) if pending else None
 
 
 def hand_over(rt: Runtime, agents: tuple[str, ...]) -> None:
@@ -136,13 +192,17 @@ def kept_meshes(rt: Runtime, agents: tuple[str, ...]) -> list[dict[str, Any]]:
     timeout = float(config.get("connect_timeout"))
 
     async def one(agent: str) -> list[dict[str, Any]]:
-        listing = await ask(rt, agent, lambda port, me: m.ListKept(port, me), timeout)
+        try:
+            listing = await ask(rt, agent, lambda port, me: m.ListKept(port, me), timeout)
+        except (TimeoutError, asyncio.TimeoutError):
+            raise TransportError(f"worker {agent} did not answer within {timeout:g}s") from None
         return [{**entry, "agent": agent} for entry in listing]
 
     async def every() -> list[list[dict[str, Any]]]:
         return list(await asyncio.gather(*(one(a) for a in agents)))
 
-    entries = [e for listing in rt.run_sync(every, timeout=timeout + 5) for e in listing]
+    entries = [e for listing in rt.run_sync(every, timeout=timeout + 5) for e in listing
+               if _MESH in e["parts"]]
     worth = {e["uid"] for e in entries if e["live"] or e["failed"]}
     return [e for e in entries if e["uid"] in worth]
 
@@ -151,30 +211,29 @@ def reattach(rt: Runtime, agents: tuple[str, ...], name: str) -> MeshRecord:
     """Take over the kept proc mesh named ``name`` (or with that uid) on ``agents``; returns
     its record."""
     entries = _entries_of(rt, agents, name)
-    uid = entries[0]["uid"]
-    held = api_state(rt).proc_meshes.get(uid)
-    if held is not None and not held.state.stopped:
-        raise ValueError(f"reattach_procs({name!r}): this controller holds mesh {uid} already")
-    try:
-        record: MeshRecord = cloudpickle.loads(entries[0]["record"])
-    except Exception as exc:
-        raise RuntimeError(f"reattach_procs({name!r}): the record of mesh {uid} does not load "
-                           f"here ({type(exc).__name__}: {exc})") from exc
-    missing = sorted(set(record.agents) - {e["agent"] for e in entries})
-    if missing:
+    record = _load_mesh(entries[0], name)
+    held = api_state(rt).proc_meshes.get(record.uid)
+    if held is not None:
+        how = f"handed it over ({held.state.stopped})" if held.state.stopped else "holds it"
+        raise ValueError(f"reattach_procs({name!r}): this controller {how}: mesh "
+                         f"{record.uid} is for another controller (a new process) to "
+                         "reattach")
+    keeping = {e["agent"] for e in entries}
+    outside = sorted(set(record.agents) - keeping - set(agents))
+    if outside:
         raise ValueError(
-            f"reattach_procs({name!r}): the mesh also has procs on {', '.join(missing)}, "
+            f"reattach_procs({name!r}): the mesh also has procs on {', '.join(outside)}, "
             "which this host mesh does not hold; reattach through a host mesh of all its "
             "hosts")
-    classes = _load_classes(record, name)
-    _make_books(rt, record, classes)
+    actors = _load_actors(entries, name)
+    _make_books(rt, record, actors)
     try:
-        answers = rt.run_sync(lambda: _take_over(rt, record, entries),
+        answers = rt.run_sync(lambda: _take_over(rt, record, entries, actors),
                               timeout=float(config.get("connect_timeout")) * 2 + 5)
     except BaseException:
-        _unmake_books(rt, record)
+        _unmake_books(rt, record, actors)
         raise
-    _settle_actor_meshes(rt, record, answers)
+    _settle_actor_meshes(rt, record, actors, answers, name)
     return record
 
 
@@ -184,8 +243,11 @@ def _entries_of(rt: Runtime, agents: tuple[str, ...], name: str) -> list[dict[st
     uids = sorted({e["uid"] for e in listing if name in (e["name"], e["uid"])})
     if not uids:
         there = sorted({f"{e['name']} ({e['uid']})" for e in listing}) or ["none"]
+        mine = [r.name for r in api_state(rt).proc_meshes.values() if r.name == name]
+        also = (f" (this controller already holds a proc mesh named {name!r}: reattached "
+                "or spawned here)" if mine else "")
         raise ValueError(f"reattach_procs({name!r}): these hosts keep no detached proc mesh "
-                         f"of that name; they keep: {', '.join(there)}")
+                         f"of that name; they keep: {', '.join(there)}{also}")
     if len(uids) > 1:
         raise ValueError(f"reattach_procs({name!r}): these hosts keep several detached proc "
                          f"meshes of that name: {', '.join(uids)}; pass the uid of the one "
@@ -193,25 +255,40 @@ def _entries_of(rt: Runtime, agents: tuple[str, ...], name: str) -> list[dict[st
     return [e for e in listing if e["uid"] == uids[0]]
 
 
-def _load_classes(record: MeshRecord, name: str) -> dict[str, type]:
-    """The actor classes of the record that load here; a warning for each that does not
-    (its actor mesh is not adopted: no mesh object can be made without its class)."""
-    classes: dict[str, type] = {}
-    for payload in record.actors:
+def _load_mesh(entry: dict[str, Any], name: str) -> MeshRecord:
+    try:
+        record: MeshRecord = cloudpickle.loads(entry["parts"][_MESH])
+    except Exception as exc:
+        raise RuntimeError(f"reattach_procs({name!r}): the record of mesh {entry['uid']} "
+                           f"does not load here ({type(exc).__name__}: {exc})") from exc
+    return record
+
+
+def _load_actors(entries: list[dict[str, Any]], name: str) -> dict[str, tuple[m.SpawnActor,
+                                                                               type]]:
+    """The actor meshes of the record whose classes load here, by uid; a warning for each
+    that does not (its mesh is not adopted: no mesh object can be made without its class)."""
+    parts: dict[str, bytes] = {}
+    for entry in entries:
+        parts.update((k, v) for k, v in entry["parts"].items() if k.startswith("actor:"))
+    actors: dict[str, tuple[m.SpawnActor, type]] = {}
+    for data in parts.values():
+        part: ActorRecord = cloudpickle.loads(data)
+        payload = part.payload
         try:
-            classes[payload.uid] = cloudpickle.loads(record.classes[payload.uid])
+            actors[payload.uid] = (payload, cloudpickle.loads(part.cls))
         except Exception as exc:  # noqa: BLE001 - any import or unpickling error
             warnings.warn(
                 f"reattach_procs({name!r}): actor mesh {payload.name!r} is not adopted: its "
                 f"class {payload.class_name} does not load in this controller "
                 f"({type(exc).__name__}: {exc}); make it importable here (same modules "
                 "and sys.path as the controller that spawned it)", RuntimeWarning,
-                stacklevel=4)
-    record.actors = [p for p in record.actors if p.uid in classes]
-    return classes
+                stacklevel=5)
+    return actors
 
 
-def _make_books(rt: Runtime, record: MeshRecord, classes: dict[str, type]) -> None:
+def _make_books(rt: Runtime, record: MeshRecord,
+                actors: dict[str, tuple[m.SpawnActor, type]]) -> None:
     """The books this controller keeps of a mesh it spawned, made for a reattached one."""
     api = api_state(rt)
     roots = sorted({rt.root, *rt.my_addresses})
@@ -224,36 +301,52 @@ def _make_books(rt: Runtime, record: MeshRecord, classes: dict[str, type]) -> No
         record.shape, spec, dict(record.entries))
     supervisor(rt).mesh_spawned(record.uid, None, "proc", record.name, record.shape,
                                 record.addrs)
-    for payload in record.actors:
+    for uid, (payload, cls) in actors.items():
         payload = replace(payload, owner=rt.contact, owner_uid=None, proc_addrs=record.addrs)
-        api.spawned[payload.uid] = payload
-        api.owned[payload.uid] = OwnedMesh(payload.uid, payload.class_name, payload.shape,
-                                           record.addrs, None, classes[payload.uid])
-        _state(payload.uid)
-        supervisor(rt).mesh_spawned(payload.uid, None, "actor", payload.name, payload.shape,
+        api.spawned[uid] = payload
+        api.owned[uid] = OwnedMesh(uid, payload.class_name, payload.shape, record.addrs,
+                                   None, cls)
+        _state(uid)
+        supervisor(rt).mesh_spawned(uid, None, "actor", payload.name, payload.shape,
                                     record.addrs, payload.class_name)
 
 
-def _unmake_books(rt: Runtime, record: MeshRecord) -> None:
-    """A takeover that failed: this controller keeps nothing of the mesh."""
+def _unmake_books(rt: Runtime, record: MeshRecord,
+                  actors: dict[str, tuple[m.SpawnActor, type]]) -> None:
+    """A takeover that failed everywhere: this controller keeps nothing of the mesh."""
     api = api_state(rt)
     api.proc_meshes.pop(record.uid, None)
-    for payload in record.actors:
-        api.spawned.pop(payload.uid, None)
-        api.owned.pop(payload.uid, None)
+    for uid in actors:
+        api.spawned.pop(uid, None)
+        api.owned.pop(uid, None)
 
 
-async def _take_over(rt: Runtime, record: MeshRecord, entries: list[dict[str, Any]]
+async def _take_over(rt: Runtime, record: MeshRecord, entries: list[dict[str, Any]],
+                     actors: dict[str, tuple[m.SpawnActor, type]]
                      ) -> dict[str, dict[str, list[str]]]:
     """Take the procs over at each worker, then tell each live proc; returns each
-    answering proc's actor meshes by state. A live proc that does not answer is failed."""
+    answering proc's actor meshes by state. Procs that cannot be taken over fail."""
     timeout = float(config.get("connect_timeout"))
-    await asyncio.gather(*(ask(rt, e["agent"], lambda port, me: m.Reattach(
-        port, me, record.uid), timeout) for e in entries))
+    taken = await asyncio.gather(*(ask(rt, e["agent"], lambda port, me: m.Reattach(
+        port, me, record.uid), timeout) for e in entries), return_exceptions=True)
+    refused = [(e, exc) for e, exc in zip(entries, taken) if isinstance(exc, BaseException)]
+    if len(refused) == len(entries):
+        exc = refused[0][1]
+        raise TransportError(f"no worker handed proc mesh {record.uid} over (worker "
+                             f"{refused[0][0]['agent']}: {type(exc).__name__}: {exc})")
+    keeping = {e["agent"] for e in entries}
+    for rank, agent in enumerate(record.agents):
+        if agent not in keeping:  # it never heard of the detach, or handed over already
+            _fail(rt, record, rank, "was not kept by its worker (the detach or an earlier "
+                                    "takeover did not reach it before its controller ended)")
+    for entry, exc in refused:
+        for addr in entry["live"]:
+            _unanswered(rt, record, addr, exc)
+    live = [a for e, t in zip(entries, taken) if not isinstance(t, BaseException)
+            for a in e["live"]]
     roots = sorted({rt.root, *rt.my_addresses})
-    old = sorted(set(record.spec.get("root_addresses", ())) | {
-        p.owner for p in record.actors} | {str(record.spec.get("root"))})
-    live = [a for e in entries for a in e["live"]]
+    old = sorted(set(record.spec.get("root_addresses", ())) | {str(record.spec.get("root"))}
+                 | {payload.owner for payload, _ in actors.values()})  # as spawned
     asks = [ask(rt, addr, lambda port, me: m.Adopt(port, me, rt.root, roots, old), timeout)
             for addr in live]
     answers: dict[str, dict[str, list[str]]] = {}
@@ -265,36 +358,55 @@ async def _take_over(rt: Runtime, record: MeshRecord, entries: list[dict[str, An
     return answers
 
 
+def _fail(rt: Runtime, record: MeshRecord, rank: int, why: str) -> None:
+    """Rank ``rank`` of the mesh fails through supervision, ``why`` as its cause (loop)."""
+    rt.dispatch(m.ProcExited(record.addrs[rank], None, why, False, record.uid, rank,
+                             record.agents[rank], []))
+
+
 def _unanswered(rt: Runtime, record: MeshRecord, addr: str, exc: BaseException) -> None:
-    """A live proc did not answer the takeover: it fails through supervision (it may be
+    """A live proc could not be taken over: it fails through supervision (it may be
     respawned) and is stopped, instead of running on with the old controller as its root."""
-    rank = record.addrs.index(addr)
-    agent = record.agents[rank]
     if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):
         timeout = float(config.get("connect_timeout"))
         why = f"did not answer this controller's takeover within {timeout:g}s"
     else:
-        why = f"did not answer this controller's takeover ({type(exc).__name__}: {exc})"
-    rt.dispatch(m.ProcExited(addr, None, why, False, record.uid, rank, agent, []))
+        why = f"could not be taken over ({type(exc).__name__}: {exc})"
+    rank = record.addrs.index(addr)
+    _fail(rt, record, rank, why)
     port_id = rt.open_port(lambda reply, frame: None)
-    rt.send_sys(agent, m.StopProcs([addr], why, (rt.contact, port_id)))
+    rt.send_sys(record.agents[rank], m.StopProcs([addr], why, (rt.contact, port_id)))
 
 
 def _settle_actor_meshes(rt: Runtime, record: MeshRecord,
-                         answers: dict[str, dict[str, list[str]]]) -> None:
-    """Actor meshes stopped since the record was sent are not adopted; ranks stopped
-    since are stopped here too."""
+                         actors: dict[str, tuple[m.SpawnActor, type]],
+                         answers: dict[str, dict[str, list[str]]], name: str) -> None:
+    """What the procs said of each actor mesh: stopped everywhere, it is not adopted;
+    stopped on some ranks, those ranks are stopped here; never delivered (its controller
+    ended before its spawn reached the procs), not adopted, with a warning."""
     sup = supervisor(rt)
-    for payload in record.actors:
-        ranks = payload.shape.ranks()
-        stopped = frozenset(g for g in ranks if record.addrs[g] in answers
-                            and payload.uid not in answers[record.addrs[g]]["live"]
-                            and payload.uid not in answers[record.addrs[g]]["failed"])
-        why = "stopped before this controller reattached its procs"
-        if stopped and len(stopped) == len(ranks):
+    for uid, (payload, _) in actors.items():
+        states = {g: _state_of(answers[record.addrs[g]], uid)
+                  for g in payload.shape.ranks() if record.addrs[g] in answers}
+        if not states:
+            continue  # every proc of it is dead: their failures say so
+        gone = {g for g, st in states.items() if st in ("stopped", "absent")}
+        if len(gone) == len(payload.shape.ranks()):
             api = api_state(rt)
-            api.spawned.pop(payload.uid, None)
-            api.owned.pop(payload.uid, None)
-            sup.mesh_stopped(payload.uid, why)
-        elif stopped:
-            sup.ranks_stopped(payload.uid, stopped, why)
+            api.spawned.pop(uid, None)
+            api.owned.pop(uid, None)
+            sup.mesh_stopped(uid, "stopped before this controller reattached its procs")
+            if all(st == "absent" for st in states.values()):
+                warnings.warn(f"reattach_procs({name!r}): actor mesh {payload.name!r} is not "
+                              "adopted: its spawn never reached the procs (the controller "
+                              "that spawned it ended first)", RuntimeWarning, stacklevel=4)
+        elif gone:
+            sup.ranks_stopped(uid, frozenset(gone), "stopped, or never spawned there, before "
+                                                    "this controller reattached its procs")
+
+
+def _state_of(answer: dict[str, list[str]], uid: str) -> str:
+    for state in ("live", "failed", "stopped"):
+        if uid in answer[state]:
+            return state
+    return "absent"

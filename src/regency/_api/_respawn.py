@@ -90,7 +90,7 @@ def respawn(procs: ProcMesh, ranks: Iterable[int | Mapping[str, int]] | None = N
         record.addr_list[g] = addr
         supervisor(rt).respawned(old, addr)
     if record.detached:  # its workers keep the new procs instead of the dead ones
-        _reattach.send_record(rt, procs._uid)
+        _reattach.send_mesh(rt, procs._uid)
     for payload in meshes.values():
         msg = replace(payload, proc_addrs=_incarnation.current(payload.proc_addrs), ack=port)
         for g in dead:

@@ -84,6 +84,8 @@ class ApiState:
     # host agent -> {port: its handler}: requests whose answer a lost host never gives
     # (``_mesh_state.agent_port``), answered by ``host_lost`` instead
     asked_agents: dict[str, dict[int, Any]] = field(default_factory=dict)
+    # record parts of detached meshes sent to their workers, not answered yet (``_reattach``)
+    kept_sends: set[Any] = field(default_factory=set)
 
 
 def api_state(rt: Runtime) -> ApiState:

@@ -14,6 +14,7 @@ from typing import Any
 from .._runtime._runtime import Runtime
 from .._wire import _messages as m
 from ..errors import MeshFailure
+from . import _reattach
 from ._state import api_state, supervisor
 
 __all__ = ["Tombstone", "on_stop_actor", "stop_cells", "stop_everything", "stop_owned"]
@@ -155,6 +156,9 @@ async def _spawns_delivered(rt: Runtime, timeout: float) -> None:
              and not st.ready.done()]
     if waits:
         await asyncio.wait(waits, timeout=timeout)
+    sent = _reattach.sends_done(rt, timeout)  # and their workers have the new records
+    if sent is not None:
+        await sent
 
 
 async def stop_everything(rt: Runtime, timeout: float) -> None:

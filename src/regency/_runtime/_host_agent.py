@@ -240,6 +240,9 @@ class HostAgent:
         # services that keep the report of a proc's exit (a worker's kept meshes: their
         # owner may be gone, and the next one hears it)
         self.exit_reports: list[Callable[[ProcRecord, ProcExited], None]] = []
+        # whether a proc's output stays in its log file (a worker's kept procs whose
+        # controller is not the one attached)
+        self.muted: Callable[[ProcRecord], bool] = lambda rec: False
 
     # -- the fork server -------------------------------------------------------------------
     def start_zygote(self) -> None:
@@ -478,7 +481,7 @@ class HostAgent:
             return
         stamp = read if rec.marked else -1
         if self.forward_to:  # a worker: the lines belong at the controller's terminal
-            if text or stamp >= 0:
+            if (text or stamp >= 0) and not self.muted(rec):
                 self.rt.send_sys(self.forward_to, ProcOutput(rec.label, kind, text, rec.addr,
                                                              stamp))
         elif text:

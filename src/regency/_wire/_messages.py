@@ -330,15 +330,16 @@ class Release(SystemMessage):
 @dataclass(slots=True)
 class KeepProcs(SystemMessage):
     """From a controller to a worker: the procs ``addrs`` of mesh ``mesh_uid`` outlive me
-    (``ProcMesh.detach``); ``record`` (opaque here) is what a later controller needs to adopt
-    the mesh, handed back by ``ListKept``."""
+    (``ProcMesh.detach``); ``parts`` (opaque here, merged with those sent before) are what a
+    later controller needs to adopt the mesh, handed back by ``ListKept``. No ``addrs``:
+    keep nothing of it (its controller stopped it)."""
 
     port: PortRef
     controller: str
     mesh_uid: str
     name: str
     addrs: list[str]
-    record: bytes
+    parts: dict[str, bytes]
 
 
 @system_message("list_kept")
