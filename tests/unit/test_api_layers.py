@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, set[str]]] = [
       "_cancel", "_value_stream", "_deadlines"}),
     ("meshes: actor meshes, proc and host meshes, respawning ranks of elastic meshes, "
      "detaching and reattaching proc meshes",
-     {"_actor_mesh", "_proc_mesh", "_respawn", "_sync", "_reattach"}),
+     {"_actor_mesh", "_proc_mesh", "_respawn", "_sync", "_reattach", "_topology"}),
     ("hosting: actors of this process, their spawn and stop, failures at owners, singletons, "
      "what workers and procs do with detached meshes",
      {"_behavior", "_spawning", "_stopping", "_failures", "_controllers", "_kept"}),

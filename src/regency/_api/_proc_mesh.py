@@ -29,7 +29,7 @@ from .._runtime._runtime import Runtime
 from .._wire import _messages as m
 from .._wire import system_header
 from ..errors import SupervisionError
-from . import _incarnation, _reattach
+from . import _incarnation, _reattach, _topology
 from ._actor import Actor
 from ._actor_mesh import ActorMesh, _check_spawnable
 from ._bootstrap_command import BootstrapCommand, python_command
@@ -50,6 +50,7 @@ from ._respawn import respawn as _respawn
 from ._state import OwnedMesh, ProcMeshRecord, api_state, supervisor
 from ._sync import Workspace
 from ._sync import sync_workspace as _sync_workspace
+from ._topology import Topology
 
 __all__ = ["HostMesh", "ProcMesh", "proc_mesh_of", "this_host", "this_proc"]
 
@@ -518,7 +519,9 @@ class HostMesh(MeshTrait):
         does; see ``default_bootstrap_cmd()``. ``proc_bind``: one dict per proc of a host
         (in order of its ``per_host`` coordinates) of ``cpus``/``physcpubind``,
         ``cpunodebind`` and ``membind`` (lists such as ``"0-3,8"``): the proc pins itself to
-        those CPUs and NUMA nodes before anything else runs in it.
+        those CPUs and NUMA nodes before anything else runs in it; or ``"spread"`` (a
+        regency extension): each proc of a host takes an equal share of the CPUs there,
+        NUMA node after NUMA node (and its node's memory where its share lies in one).
         """
         per_host = dict(per_host or {})
         clash = set(per_host) & set(self._shape_.labels)
@@ -621,6 +624,41 @@ class HostMesh(MeshTrait):
             out.append(ProcMesh(uid, rec.name, rec.shape, tuple(rec.addr_list),
                                 tuple(rec.agents)))
         return out
+
+    def topology(self, timeout: float = 10.0) -> Topology:
+        """What each host is made of, by rank (a regency extension): its CPUs that procs
+        may use, NUMA nodes, GPUs on the PCI bus, and the labels its operator gave it
+        (``REGENCY_HOST_LABELS="rack=r1"`` in its environment, or ``regency worker
+        --label rack=r1``). ``str()`` shows a table. Example::
+
+            print(hosts.topology())
+            by_rack = hosts.group_by("rack")          # {rack: 2, hosts: 4}
+
+        Raises:
+            RuntimeError: a host could not be asked within ``timeout``.
+            ValueError: a host's labels are malformed.
+        """
+        return _topology.ask_hosts(runtime(), self._agents, self._shape_, float(timeout))
+
+    def group_by(self, *labels: str, timeout: float = 10.0) -> HostMesh:
+        """These hosts arranged by the values of host labels (a regency extension): dims
+        ``labels`` (values in sorted order) then ``hosts``, e.g. ``hosts.group_by("rack")``
+        is ``{rack: 2, hosts: 4}`` for 8 hosts in 2 racks; slice it by label, or spawn
+        procs on it, as on any host mesh.
+
+        Raises:
+            ValueError: a host lacks a label, the groups differ in size, a combination of
+                values is missing, or a label is named ``hosts``.
+        """
+        if "hosts" in labels or len(set(labels)) != len(labels):
+            raise ValueError(f"group_by{labels}: labels must be distinct and not 'hosts' "
+                             "(the last dimension's name)")
+        topo = self.topology(timeout)
+        sizes, order, _ = _topology.group_order([h.labels for h in topo], labels)
+        ranks = self._shape_.ranks()
+        agents = tuple(self._agents[ranks[i]] for i in order)
+        return HostMesh(Shape.from_sizes([*labels, "hosts"], sizes), agents,
+                        owned=self._owned, command=self._command)
 
     def detached_procs(self) -> list[str]:
         """The names of the proc meshes that controllers detached on these hosts and that

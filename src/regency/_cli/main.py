@@ -5,6 +5,7 @@ and the observation commands ``query``, ``trace``, ``dashboard``, ``top``."""
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 
@@ -58,6 +59,16 @@ def _worker(args: argparse.Namespace) -> int:
     logging.getLogger("regency").setLevel(logging.INFO)
     from .._runtime._secret import SecretError
 
+    if args.label:  # what `HostMesh.topology()` and `group_by` read, with the environment's
+        from .._runtime._topology import LABELS_ENV, parse_labels
+
+        given = ",".join([os.environ.get(LABELS_ENV, ""), *args.label]).strip(",")
+        try:
+            parse_labels(given)
+        except ValueError as exc:
+            print(f"regency worker: {exc}", file=sys.stderr)
+            return 2
+        os.environ[LABELS_ENV] = given
     try:
         return run_worker_loop_forever(address=args.listen, advertise=args.advertise)
     except SecretError as exc:
@@ -91,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="address to listen on (tcp://HOST:PORT)")
     worker.add_argument("--advertise", default=None,
                         help="host name or IP other machines use to reach this one")
+    worker.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
+                        help="a label of this host (repeatable), e.g. rack=r1: "
+                             "HostMesh.topology() shows it, HostMesh.group_by() arranges by it")
     worker.set_defaults(run=_worker)
     debug = sub.add_parser("debug", help="attach to ranks paused at breakpoint()")
     debug.add_argument("--connect", default=None, metavar="HOST:PORT",

@@ -35,6 +35,7 @@ from .. import config
 from .._wire._messages import (
     OK,
     RAW_ERROR,
+    AskTopology,
     PortRef,
     ProcExited,
     ProcOutput,
@@ -45,7 +46,7 @@ from .._wire._messages import (
     StopProc,
     StopProcs,
 )
-from . import _aggregate, _output, _proclog
+from . import _aggregate, _output, _procbind, _proclog, _topology
 from ._descendants import END_ALL_S, signal_pid
 from ._runtime import Runtime
 
@@ -233,6 +234,7 @@ class HostAgent:
         runtime.handle(ProcReady, self._on_proc_ready)
         runtime.handle(StopProcs, self._on_stop_procs)
         runtime.handle(Resolve, self._on_resolve)
+        runtime.handle(AskTopology, self._on_topology)
         self.advertise_host = ""  # set on workers: procs listen on tcp at this host
         self.forward_to = ""  # set on workers: the controller that gets the procs' output
         self._resolving: dict[str, list[PortRef]] = {}
@@ -431,6 +433,15 @@ class HostAgent:
             self.rt.send_reply(msg.port, None, OK, rec.physical)
         else:
             self._resolving.setdefault(rec.addr, []).append(msg.port)
+
+    def _on_topology(self, msg: AskTopology) -> None:
+        try:
+            this = _topology.describe(_procbind.usable())
+        except ValueError as exc:  # labels the operator mistyped
+            self.rt.send_reply(msg.port, None, RAW_ERROR, ValueError(
+                f"host {self.rt.hostname} ({self.rt.address}): {exc}"))
+            return
+        self.rt.send_reply(msg.port, None, OK, this)
 
     def tail(self, addr: str) -> list[str]:
         """The last lines a live proc printed (``tail_log_lines`` of them), output read so far

@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from ._aggregate import ranges
+from ._topology import numa_nodes, spread
 
-__all__ = ["KEYS", "MAX_ID", "apply", "check", "parse_list"]
+__all__ = ["KEYS", "MAX_ID", "apply", "check", "parse_list", "usable"]
 
 KEYS = ("cpunodebind", "membind", "physcpubind", "cpus")
 MAX_ID = 65535  # the largest CPU or node number taken (a typo must not fill the memory)
@@ -58,12 +59,18 @@ def parse_list(text: Any, what: str) -> set[int]:
 
 def check(binds: Any, procs_per_host: int) -> list[dict[str, str]]:
     """``spawn_procs``'s ``proc_bind``, checked where it is given: one dict per proc of a
-    host, of known keys and list values.
+    host, of known keys and list values; or ``"spread"``, each proc an equal share of its
+    host's CPUs (worked out on the host, ``_topology.spread``).
 
     Raises:
         ValueError, TypeError: what is wrong, in Monarch's words where it has some.
     """
-    if isinstance(binds, (str, bytes, Mapping)) or not isinstance(binds, Sequence):
+    if binds == "spread":
+        return [{"spread": f"{i}/{procs_per_host}"} for i in range(procs_per_host)]
+    if isinstance(binds, str):
+        raise ValueError(f"proc_bind={binds!r}: give 'spread' or a list of dicts, one per "
+                         "proc of a host")
+    if isinstance(binds, (bytes, Mapping)) or not isinstance(binds, Sequence):
         raise TypeError(f"proc_bind must be a list of dicts, one per proc of a host, got "
                         f"{type(binds).__name__}")
     if len(binds) != procs_per_host:
@@ -91,6 +98,8 @@ def apply(bind: Mapping[str, str] | None) -> str | None:
     Returns why it could not, in words (None when it did, or there is none)."""
     if not bind:
         return None
+    if "spread" in bind:
+        return _apply_spread(bind["spread"])
     try:
         cpus = _cpus_of(bind)
         if cpus is not None:
@@ -103,6 +112,21 @@ def apply(bind: Mapping[str, str] | None) -> str | None:
     return None
 
 
+def _apply_spread(which: str) -> str | None:
+    """``proc_bind="spread"``: this proc's share of the host's CPUs (and, on a host of
+    several NUMA nodes, memory from the node its share lies in)."""
+    index, _, count = which.partition("/")
+    try:
+        nodes = numa_nodes(usable(), Path("/sys"))
+        cpus, node = spread(int(index), int(count), nodes)
+        _set_cpus(cpus)
+        if node is not None and len(nodes) > 1:
+            _membind({node})
+    except (ValueError, OSError) as exc:
+        return f"error creating proc: proc_bind 'spread' cannot be applied on this host: {exc}"
+    return None
+
+
 def _cpus_of(bind: Mapping[str, str]) -> set[int] | None:
     """The CPUs the binding asks for (None: it does not restrict CPUs). A node's CPUs are
     those of it this process may use (a job's cpuset may hold part of a node)."""
@@ -111,13 +135,13 @@ def _cpus_of(bind: Mapping[str, str]) -> set[int] | None:
         if key in bind:
             cpus = parse_list(bind[key], key)
     if "cpunodebind" in bind:
-        usable = _usable()
+        allowed = usable()
         on_nodes: set[int] = set()
         for node in sorted(parse_list(bind["cpunodebind"], "cpunodebind")):
-            on_nodes |= _node_cpus(node) & usable
+            on_nodes |= _node_cpus(node) & allowed
         if not on_nodes:
             raise ValueError(f"its nodes have no CPU this process may use "
-                             f"({ranges(sorted(usable))})")
+                             f"({ranges(sorted(allowed))})")
         cpus = on_nodes if cpus is None else cpus & on_nodes
         if not cpus:
             raise ValueError("its CPUs and its nodes' CPUs have none in common")
@@ -131,15 +155,15 @@ def _set_cpus(cpus: set[int]) -> None:
         os.sched_setaffinity(0, cpus)
         missing = sorted(cpus - os.sched_getaffinity(0))
     except OSError:
-        missing = sorted(cpus - _usable())
+        missing = sorted(cpus - usable())
         if not missing:
             raise
     if missing:
         raise ValueError(f"CPU(s) {ranges(missing)} are not available here (this process "
-                         f"may use {ranges(sorted(_usable()))})")
+                         f"may use {ranges(sorted(usable()))})")
 
 
-def _usable() -> set[int]:
+def usable() -> set[int]:
     """The CPUs this process's cgroup lets it use (its cpuset), else every online CPU."""
     try:
         with open("/proc/self/cgroup") as f:

@@ -62,6 +62,7 @@ __all__ = [
     "SYSTEM_KINDS",
     "ActorFailed",
     "Adopt",
+    "AskTopology",
     "Attach",
     "Call",
     "Cast",
@@ -324,6 +325,14 @@ class Release(SystemMessage):
     port: PortRef
     controller: str
     exit: bool = False
+
+
+@system_message("ask_topology")
+@dataclass(slots=True)
+class AskTopology(SystemMessage):
+    """To a host agent: describe this host (its CPUs, NUMA nodes, GPUs and labels)."""
+
+    port: PortRef
 
 
 @system_message("keep_procs")

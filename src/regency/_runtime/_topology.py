@@ -1,0 +1,129 @@
+"""What a host is made of, as its host agent sees it: CPUs, NUMA nodes, GPUs and labels.
+
+Read from Linux's ``/sys`` (``REGENCY_SYSFS_ROOT`` moves it: tests describe machines this
+one is not) and from the labels its operator gave it (``REGENCY_HOST_LABELS="rack=r1,
+zone=a"``, or ``regency worker --label rack=r1``). Also the arithmetic of
+``proc_bind="spread"``: each proc of a host takes an equal share of the CPUs it may use,
+NUMA node after NUMA node. Nothing here talks to other processes.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+__all__ = ["LABELS_ENV", "describe", "gpus", "numa_nodes", "parse_labels", "spread"]
+
+LABELS_ENV = "REGENCY_HOST_LABELS"
+_GPU_VENDORS = {"0x10de": "nvidia", "0x1002": "amd", "0x8086": "intel"}
+
+
+def sys_root() -> Path:
+    """Where ``/sys`` is read (``REGENCY_SYSFS_ROOT``, for tests of other machines)."""
+    return Path(os.environ.get("REGENCY_SYSFS_ROOT", "/sys"))
+
+
+def parse_labels(text: str) -> dict[str, str]:
+    """``"rack=r1,zone=a"`` as a dict.
+
+    Raises:
+        ValueError: an item is not ``key=value`` or its key is empty.
+    """
+    labels: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise ValueError(f"host label {item!r} in {LABELS_ENV}={text!r} is not key=value "
+                             "(e.g. rack=r1,zone=a)")
+        labels[key.strip()] = value.strip()
+    return labels
+
+
+def _int_list(text: str) -> list[int]:
+    out: list[int] = []
+    for part in filter(None, text.strip().split(",")):
+        lo, _, hi = part.partition("-")
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def numa_nodes(usable: set[int], root: Path | None = None) -> dict[int, list[int]]:
+    """Each NUMA node's CPUs that this process may use (nodes without any left out); one
+    node 0 of every usable CPU where ``/sys`` says nothing of nodes."""
+    base = (root or sys_root()) / "devices" / "system" / "node"
+    nodes: dict[int, list[int]] = {}
+    try:
+        entries = sorted(base.iterdir())
+    except OSError:
+        entries = []
+    for entry in entries:
+        name = entry.name
+        if not (name.startswith("node") and name[4:].isdigit()):
+            continue
+        try:
+            cpus = [c for c in _int_list((entry / "cpulist").read_text()) if c in usable]
+        except (OSError, ValueError):
+            continue
+        if cpus:
+            nodes[int(name[4:])] = cpus
+    return dict(sorted(nodes.items())) or {0: sorted(usable)}
+
+
+def gpus(root: Path | None = None) -> list[dict[str, Any]]:
+    """The GPUs on the PCI bus, in bus order: ``{"index", "vendor", "pci", "numa"}``
+    (``numa`` None where the platform does not say)."""
+    base = (root or sys_root()) / "bus" / "pci" / "devices"
+    found: list[dict[str, Any]] = []
+    try:
+        entries = sorted(base.iterdir())
+    except OSError:
+        return []
+    for dev in entries:
+        try:
+            klass = (dev / "class").read_text().strip()
+            vendor = (dev / "vendor").read_text().strip()
+        except OSError:
+            continue
+        if not klass.startswith("0x03") or vendor not in _GPU_VENDORS:
+            continue  # a display or 3D controller of a GPU maker
+        try:
+            node: int | None = int((dev / "numa_node").read_text().strip())
+        except (OSError, ValueError):
+            node = None
+        found.append({"index": len(found), "vendor": _GPU_VENDORS[vendor], "pci": dev.name,
+                      "numa": node if node is not None and node >= 0 else None})
+    return found
+
+
+def describe(usable: set[int]) -> dict[str, Any]:
+    """This host: its name, the CPUs this process may use, NUMA nodes, GPUs and labels.
+
+    Raises:
+        ValueError: ``REGENCY_HOST_LABELS`` is malformed.
+    """
+    return {"hostname": socket.gethostname(), "cpus": sorted(usable),
+            "numa": numa_nodes(usable), "gpus": gpus(),
+            "labels": parse_labels(os.environ.get(LABELS_ENV, ""))}
+
+
+def spread(index: int, count: int, nodes: dict[int, list[int]]) -> tuple[set[int], int | None]:
+    """The CPUs of proc ``index`` of ``count`` on a host whose usable CPUs are ``nodes``
+    (``numa_nodes``), and its node when its share lies in one.
+
+    The CPUs are laid out node after node and cut into ``count`` contiguous shares of
+    equal size (give or take one), so a share stays within a node when the procs divide
+    the nodes evenly. With more procs than CPUs, procs share CPUs round the ring.
+    """
+    if not 0 <= index < count:
+        raise ValueError(f"spread: proc {index} of {count}")
+    ring = [(node, cpu) for node, cpus in sorted(nodes.items()) for cpu in sorted(cpus)]
+    if not ring:
+        raise ValueError("spread: this host has no CPU this process may use")
+    if count > len(ring):
+        share = [ring[index % len(ring)]]
+    else:
+        share = ring[index * len(ring) // count:(index + 1) * len(ring) // count]
+    on = {node for node, _ in share}
+    return {cpu for _, cpu in share}, (on.pop() if len(on) == 1 else None)
