@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from regency._runtime._procbind import usable
+from regency._runtime._topology import allowed
 from regency.actor import Actor, endpoint, this_host
 
 T = 30
@@ -21,17 +21,17 @@ class Where(Actor):
 
 @pytest.mark.parametrize("count", [1, 2, 3])
 def test_spread_shares_this_hosts_cpus_between_its_procs(count: int) -> None:
-    allowed = sorted(usable())
+    cpus = sorted(allowed())
     procs = this_host().spawn_procs(per_host={"procs": count}, proc_bind="spread")
     try:
         shares = list(procs.spawn("where", Where).cpus.call().get(timeout=T).values())
     finally:
         procs.stop().get(timeout=T)
-    if count <= len(allowed):
-        assert sorted(c for share in shares for c in share) == allowed  # all, once each
+    if count <= len(cpus):
+        assert sorted(c for share in shares for c in share) == cpus  # all, once each
         assert max(map(len, shares)) - min(map(len, shares)) <= 1
     else:  # more procs than CPUs: one CPU each, round the ring
-        assert shares == [[allowed[i % len(allowed)]] for i in range(count)]
+        assert shares == [[cpus[i % len(cpus)]] for i in range(count)]
 
 
 def test_spread_is_checked_where_it_is_given() -> None:
@@ -43,7 +43,7 @@ def test_this_hosts_topology_is_what_the_kernel_says() -> None:
     topo = this_host().topology()
     assert len(topo) == 1
     host = topo[0]
-    assert host.cpus == sorted(usable())
+    assert host.cpus == sorted(allowed())
     assert sorted(c for cpus in host.numa.values() for c in cpus) == host.cpus
     assert host.rank == 0 and host.coords == {}
     assert str(topo).splitlines()[0].split() == ["host", "hostname", "agent", "cpus", "numa",

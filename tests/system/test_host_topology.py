@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from _scripts import describe, kill_tagged, run_script
 
 SCRIPT = """
@@ -30,6 +31,11 @@ out = {"labels": [h.labels for h in topo], "numa": [h.numa for h in topo],
        "gpus": [h.gpus for h in topo], "table": str(topo), "racks": topo.labels("rack")}
 by_rack = hosts.group_by("rack")
 out["sizes"] = dict(by_rack.sizes)
+out["values"] = by_rack.label_values
+try:
+    by_rack.shutdown()
+except RuntimeError as exc:
+    out["shutdown"] = str(exc)
 procs = by_rack.spawn_procs(per_host={"gpus": 1})
 out["where"] = {str(dict(p)): v for p, v in procs.spawn("h", Here).where.call().get().items()}
 for labels in (("zone",), ("rack", "zone"), ("hosts",)):
@@ -98,8 +104,11 @@ def test_hosts_describe_themselves_and_group_by_their_labels(tmp_path: Path) -> 
         assert out["numa"][0] == {"0": [0], "1": [1]} or len(os.sched_getaffinity(0)) < 2
         assert [g["numa"] for g in out["gpus"][0]] == [0, 1]
         assert out["gpus"][1:] == [[], [], []] or Path("/sys/bus/pci").exists()
-        assert "rack=b,zone=z0" in out["table"] and "0@0 1@1" in out["table"]
+        assert "rack=b;zone=z0" in out["table"]
+        assert "nvidia0@0;nvidia1@1" in out["table"] and "0:0;1:1" in out["table"]
         assert out["sizes"] == {"rack": 2, "hosts": 2}
+        assert out["values"] == {"rack": ["a", "b"]}
+        assert "reference" in out["shutdown"]  # the workers are the mesh's it came from
         # rack a holds workers 1 and 3: its procs run there, in that order
         assert [v.split(",")[0] for v in out["where"].values()] == ["zone=z1", "zone=z3",
                                                                     "zone=z0", "zone=z2"]
@@ -110,10 +119,17 @@ def test_hosts_describe_themselves_and_group_by_their_labels(tmp_path: Path) -> 
         kill_tagged(run.tag)
 
 
-def test_a_malformed_label_stops_the_worker_saying_why(tmp_path: Path) -> None:
-    env = {**os.environ, "REGENCY_SECRET": "topology"}
+@pytest.mark.parametrize(("args", "labels", "says"), [
+    (["--label", "rack"], "", "is not key=value (e.g. rack=r1,zone=a)"),
+    ([], "rack", "is not key=value"),
+    (["--label", "rack=r1"], "rack=r2", "'rack' is given twice"),
+    (["--label", "note=a,b"], "", "a label holds no ','"),
+])
+def test_a_malformed_label_stops_the_worker_saying_why(args: list[str], labels: str,
+                                                       says: str) -> None:
+    env = {**os.environ, "REGENCY_SECRET": "topology", "REGENCY_HOST_LABELS": labels}
     run = subprocess.run([sys.executable, "-m", "regency", "worker", "--listen",
-                          "tcp://127.0.0.1:0", "--label", "rack"], env=env, text=True,
+                          "tcp://127.0.0.1:0", *args], env=env, text=True,
                          capture_output=True, timeout=60)
-    assert run.returncode == 2
-    assert "is not key=value (e.g. rack=r1,zone=a)" in run.stderr
+    assert run.returncode == 2, run.stderr
+    assert says in run.stderr

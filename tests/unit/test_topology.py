@@ -20,24 +20,31 @@ def test_labels_are_key_value_pairs() -> None:
         parse_labels("rack")
     with pytest.raises(ValueError, match="is not key=value"):
         parse_labels("=r1")
+    with pytest.raises(ValueError, match="'rack' is given twice"):
+        parse_labels("rack=r1,rack=r2")
 
 
 def _sysfs(root: Path) -> Path:
-    """A machine of two NUMA nodes (CPUs 0-3 and 4-7) and two NVIDIA GPUs, one per node,
-    beside a network card."""
+    """A machine of two NUMA nodes (CPUs 0-3 and 4-7), an Intel integrated GPU, two NVIDIA
+    GPUs (one per node, the second sliced into a virtual function), an AMD accelerator and
+    a network card."""
     nodes = root / "devices" / "system" / "node"
     for n, cpus in ((0, "0-3"), (1, "4-7")):
         (nodes / f"node{n}").mkdir(parents=True)
         (nodes / f"node{n}" / "cpulist").write_text(cpus + "\n")
     (nodes / "online").write_text("0-1\n")
     pci = root / "bus" / "pci" / "devices"
-    for name, klass, vendor, node in (("0000:17:00.0", "0x030200", "0x10de", "0"),
+    for name, klass, vendor, node in (("0000:00:02.0", "0x030000", "0x8086", "-1"),
+                                      ("0000:17:00.0", "0x030200", "0x10de", "0"),
                                       ("0000:65:00.0", "0x020000", "0x15b3", "0"),
-                                      ("0000:ca:00.0", "0x030200", "0x10de", "1")):
+                                      ("0000:ca:00.0", "0x030200", "0x10de", "1"),
+                                      ("0000:ca:00.4", "0x030200", "0x10de", "1"),
+                                      ("0000:e1:00.0", "0x120000", "0x1002", "1")):
         (pci / name).mkdir(parents=True)
         (pci / name / "class").write_text(klass + "\n")
         (pci / name / "vendor").write_text(vendor + "\n")
         (pci / name / "numa_node").write_text(node + "\n")
+    (pci / "0000:ca:00.4" / "physfn").symlink_to(pci / "0000:ca:00.0")
     return root
 
 
@@ -45,9 +52,20 @@ def test_numa_nodes_and_gpus_come_from_sys(tmp_path: Path) -> None:
     root = _sysfs(tmp_path)
     assert numa_nodes(set(range(8)), root) == {0: [0, 1, 2, 3], 1: [4, 5, 6, 7]}
     assert numa_nodes({2, 3}, root) == {0: [2, 3]}  # a cpuset holding part of node 0
-    assert gpus(root) == [
+    assert numa_nodes({1, 9}, root) == {0: [1, 9]}  # CPU 9: no node names it
+    assert gpus(root) == [  # numbered per vendor, in bus order; no virtual function
+        {"index": 0, "vendor": "intel", "pci": "0000:00:02.0", "numa": None},
         {"index": 0, "vendor": "nvidia", "pci": "0000:17:00.0", "numa": 0},
-        {"index": 1, "vendor": "nvidia", "pci": "0000:ca:00.0", "numa": 1}]
+        {"index": 1, "vendor": "nvidia", "pci": "0000:ca:00.0", "numa": 1},
+        {"index": 0, "vendor": "amd", "pci": "0000:e1:00.0", "numa": 1}]
+
+
+def test_a_node_without_its_cpu_list_leaves_no_cpu_out(tmp_path: Path) -> None:
+    nodes = tmp_path / "devices" / "system" / "node"
+    (nodes / "node0").mkdir(parents=True)
+    (nodes / "node1").mkdir(parents=True)
+    (nodes / "node1" / "cpulist").write_text("4-7\n")
+    assert numa_nodes(set(range(8)), tmp_path) == {1: list(range(8))}
 
 
 def test_a_machine_that_says_nothing_is_one_node_without_gpus(tmp_path: Path) -> None:
@@ -94,6 +112,8 @@ def test_spread_gives_every_proc_a_fair_share(nodes: dict[int, list[int]], count
 def test_group_order_arranges_hosts_by_label_values() -> None:
     labels = [{"rack": "b"}, {"rack": "a"}, {"rack": "b"}, {"rack": "a"}]
     assert group_order(labels, ["rack"]) == ([2, 2], [1, 3, 0, 2], [["a", "b"]])
+    numbered = [{"rack": "r10"}, {"rack": "r2"}]  # in natural order, not as strings
+    assert group_order(numbered, ["rack"]) == ([2, 1], [1, 0], [["r2", "r10"]])
     two = [{"rack": r, "row": w} for r in "ab" for w in "xy"]
     assert group_order(two, ["row", "rack"]) == ([2, 2, 1], [0, 2, 1, 3],
                                                   [["x", "y"], ["a", "b"]])

@@ -457,6 +457,7 @@ class HostMesh(MeshTrait):
         self._owned = owned
         self._command = command  # what its procs run (None: forks of the fork server)
         self._stream_logs = bool(config.get("enable_log_forwarding"))
+        self._label_values: dict[str, list[str]] = {}  # set by group_by
 
     @property
     def region(self) -> Shape:
@@ -635,30 +636,46 @@ class HostMesh(MeshTrait):
             by_rack = hosts.group_by("rack")          # {rack: 2, hosts: 4}
 
         Raises:
-            RuntimeError: a host could not be asked within ``timeout``.
-            ValueError: a host's labels are malformed.
+            RuntimeError: a host did not answer within ``timeout`` (each is named).
+            ValueError: a host's labels are malformed, or ``timeout`` is not positive.
         """
+        if not float(timeout) > 0:
+            raise ValueError(f"topology: timeout must be > 0 seconds, got {timeout!r}")
         return _topology.ask_hosts(runtime(), self._agents, self._shape_, float(timeout))
 
     def group_by(self, *labels: str, timeout: float = 10.0) -> HostMesh:
         """These hosts arranged by the values of host labels (a regency extension): dims
-        ``labels`` (values in sorted order) then ``hosts``, e.g. ``hosts.group_by("rack")``
-        is ``{rack: 2, hosts: 4}`` for 8 hosts in 2 racks; slice it by label, or spawn
-        procs on it, as on any host mesh.
+        ``labels`` then ``hosts``, e.g. ``hosts.group_by("rack")`` is ``{rack: 2, hosts:
+        4}`` for 8 hosts in 2 racks. Values are in natural order (``r2`` before ``r10``);
+        ``label_values`` of the result says which value each index is. Slice it by index
+        (``slice(rack=1)``) or spawn procs on it, as on any host mesh; it is a reference
+        (``shutdown()`` goes through the mesh it came from).
 
         Raises:
             ValueError: a host lacks a label, the groups differ in size, a combination of
                 values is missing, or a label is named ``hosts``.
+            TypeError: a label is not a str.
         """
+        bad = [label for label in labels if not isinstance(label, str)]
+        if bad:
+            raise TypeError(f"group_by takes label names as separate str arguments "
+                            f"(group_by('rack', 'row')), got {bad[0]!r}")
         if "hosts" in labels or len(set(labels)) != len(labels):
             raise ValueError(f"group_by{labels}: labels must be distinct and not 'hosts' "
                              "(the last dimension's name)")
         topo = self.topology(timeout)
-        sizes, order, _ = _topology.group_order([h.labels for h in topo], labels)
+        sizes, order, values = _topology.group_order([h.labels for h in topo], labels)
         ranks = self._shape_.ranks()
         agents = tuple(self._agents[ranks[i]] for i in order)
-        return HostMesh(Shape.from_sizes([*labels, "hosts"], sizes), agents,
-                        owned=self._owned, command=self._command)
+        grouped = HostMesh(Shape.from_sizes([*labels, "hosts"], sizes), agents, owned=False,
+                           command=self._command)
+        grouped._label_values = dict(zip(labels, values))
+        return grouped
+
+    @property
+    def label_values(self) -> dict[str, list[str]]:
+        """For a mesh made by ``group_by``: each label dimension's values, by index."""
+        return dict(self._label_values)
 
     def detached_procs(self) -> list[str]:
         """The names of the proc meshes that controllers detached on these hosts and that

@@ -18,6 +18,7 @@ from typing import Any
 from .._mesh import Shape
 from .._runtime._aggregate import ranges
 from .._runtime._runtime import Runtime
+from .._runtime._topology import natural
 from .._wire import _messages as m
 from ._leases import ask
 
@@ -38,21 +39,25 @@ class HostInfo:
     labels: dict[str, str]  # given by its operator (REGENCY_HOST_LABELS, --label)
 
     def row(self) -> list[str]:
-        numa = " ".join(f"{n}:{ranges(c)}" for n, c in self.numa.items())
-        gpus = " ".join(f"{g['index']}@{g['numa'] if g['numa'] is not None else '?'}"
+        numa = ";".join(f"{n}:{ranges(c)}" for n, c in self.numa.items())
+        only = str(next(iter(self.numa))) if len(self.numa) == 1 else "?"  # one node: it
+        gpus = ";".join(f"{g['vendor']}{g['index']}@{only if g['numa'] is None else g['numa']}"
                         for g in self.gpus) or "-"
-        labels = ",".join(f"{k}={v}" for k, v in sorted(self.labels.items())) or "-"
+        labels = ";".join(f"{k}={v}" for k, v in sorted(self.labels.items())) or "-"
         return [str(self.rank), self.hostname, self.address, ranges(self.cpus), numa, gpus,
                 labels]
 
 
 class Topology(Sequence[HostInfo]):
-    """The hosts of a host mesh, by rank; ``str()`` is a table (GPUs as ``index@numa``)."""
+    """The hosts of a host mesh, by rank; ``str()`` is a table (NUMA nodes as
+    ``node:cpus``, GPUs as ``vendor index@node``, items apart by ``;``)."""
 
     def __init__(self, hosts: list[HostInfo]) -> None:
         self._hosts = hosts
 
     def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return Topology(self._hosts[i])
         return self._hosts[i]
 
     def __len__(self) -> int:
@@ -86,12 +91,17 @@ def ask_hosts(rt: Runtime, agents: Sequence[str], shape: Shape, timeout: float) 
         return list(await asyncio.gather(*asks, return_exceptions=True))
 
     answers = rt.run_sync(every, timeout=timeout + 5)
+    malformed = [a for a in answers if isinstance(a, ValueError)]
+    if malformed:  # a host's labels
+        raise ValueError(f"topology: {malformed[0]}")
+    failed = [f"host {i} ({agents[g]}): " + (
+        f"no answer within {timeout:g}s (frozen, or unreachable?)"
+        if isinstance(a, (TimeoutError, asyncio.TimeoutError)) else f"{type(a).__name__}: {a}")
+        for i, (g, a) in enumerate(zip(ranks, answers)) if isinstance(a, BaseException)]
+    if failed:
+        raise RuntimeError("topology: " + "; ".join(failed))
     hosts = []
     for i, (g, answer) in enumerate(zip(ranks, answers)):
-        if isinstance(answer, BaseException):
-            why = "no answer" if isinstance(answer, (TimeoutError, asyncio.TimeoutError)) \
-                else f"{type(answer).__name__}: {answer}"
-            raise RuntimeError(f"topology: host {i} ({agents[g]}) could not be asked: {why}")
         hosts.append(HostInfo(i, dict(shape.point(i)), agents[g], str(answer["hostname"]),
                               list(answer["cpus"]),
                               {int(k): list(v) for k, v in answer["numa"].items()},
@@ -114,8 +124,9 @@ def group_order(labels: Sequence[Mapping[str, str]], keys: Sequence[str]
     if lacking:
         raise ValueError(f"group_by{tuple(keys)}: host(s) {ranges(lacking)} have no "
                          f"{' or '.join(repr(k) for k in keys)} label (give each worker "
-                         f"REGENCY_HOST_LABELS or `regency worker --label`)")
-    values = [sorted({lab[k] for lab in labels}) for k in keys]
+                         f"`regency worker --label KEY=VALUE`, or REGENCY_HOST_LABELS in the "
+                         "environment of the process that runs its host agent)")
+    values = [sorted({lab[k] for lab in labels}, key=natural) for k in keys]
     groups: dict[tuple[str, ...], list[int]] = {}
     for i, lab in enumerate(labels):
         groups.setdefault(tuple(lab[k] for k in keys), []).append(i)
@@ -128,5 +139,7 @@ def group_order(labels: Sequence[Mapping[str, str]], keys: Sequence[str]
         raise ValueError(f"group_by{tuple(keys)}: the groups must all hold the same number "
                          f"of hosts, and every combination of values must be there; hosts "
                          f"per group: {counts}")
-    order = [i for key in sorted(groups) for i in groups[key]]
+    index = [{v: n for n, v in enumerate(vals)} for vals in values]
+    order = [i for key in sorted(groups, key=lambda k: [ix[v] for ix, v in zip(index, k)])
+             for i in groups[key]]
     return [len(v) for v in values] + [next(iter(sizes.values()))], order, values

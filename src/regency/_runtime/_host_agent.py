@@ -46,7 +46,7 @@ from .._wire._messages import (
     StopProc,
     StopProcs,
 )
-from . import _aggregate, _output, _procbind, _proclog, _topology
+from . import _aggregate, _output, _proclog, _topology
 from ._descendants import END_ALL_S, signal_pid
 from ._runtime import Runtime
 
@@ -436,7 +436,7 @@ class HostAgent:
 
     def _on_topology(self, msg: AskTopology) -> None:
         try:
-            this = _topology.describe(_procbind.usable())
+            this = _topology.describe(_topology.allowed())
         except ValueError as exc:  # labels the operator mistyped
             self.rt.send_reply(msg.port, None, RAW_ERROR, ValueError(
                 f"host {self.rt.hostname} ({self.rt.address}): {exc}"))

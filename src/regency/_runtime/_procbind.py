@@ -23,14 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from ._aggregate import ranges
-from ._topology import numa_nodes, spread
+from ._topology import allowed, numa_nodes, spread
 
 __all__ = ["KEYS", "MAX_ID", "apply", "check", "parse_list", "usable"]
 
 KEYS = ("cpunodebind", "membind", "physcpubind", "cpus")
 MAX_ID = 65535  # the largest CPU or node number taken (a typo must not fill the memory)
 _NODES = Path("/sys/devices/system/node")
-_MPOL_BIND = 2
+_MPOL_PREFERRED, _MPOL_BIND = 1, 2
 _SET_MEMPOLICY = {"x86_64": 238, "aarch64": 237}  # the system call's number
 
 
@@ -117,11 +117,11 @@ def _apply_spread(which: str) -> str | None:
     several NUMA nodes, memory from the node its share lies in)."""
     index, _, count = which.partition("/")
     try:
-        nodes = numa_nodes(usable(), Path("/sys"))
+        nodes = numa_nodes(allowed(), Path("/sys"))
         cpus, node = spread(int(index), int(count), nodes)
         _set_cpus(cpus)
         if node is not None and len(nodes) > 1:
-            _membind({node})
+            _set_mempolicy(_MPOL_PREFERRED, {node})
     except (ValueError, OSError) as exc:
         return f"error creating proc: proc_bind 'spread' cannot be applied on this host: {exc}"
     return None
@@ -200,6 +200,12 @@ def _nodes_text() -> str:
 
 def _membind(nodes: set[int]) -> None:
     """``set_mempolicy(MPOL_BIND, nodes)`` for the calling thread."""
+    _set_mempolicy(_MPOL_BIND, nodes)
+
+
+def _set_mempolicy(mode: int, nodes: set[int]) -> None:
+    """``set_mempolicy(mode, nodes)`` for the calling thread (``MPOL_BIND``: only those
+    nodes; ``MPOL_PREFERRED``: that node first, others when it is full)."""
     number = _SET_MEMPOLICY.get(platform.machine())
     if number is None:
         raise ValueError(f"membind is not supported on {platform.machine()}")
@@ -212,7 +218,8 @@ def _membind(nodes: set[int]) -> None:
     for node in nodes:
         mask[node // bits] |= 1 << (node % bits)
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.syscall(number, _MPOL_BIND, mask, ctypes.c_ulong(words * bits + 1)) != 0:
+    if libc.syscall(number, mode, mask, ctypes.c_ulong(words * bits + 1)) != 0:
         err = ctypes.get_errno()
-        raise OSError(err, f"set_mempolicy(MPOL_BIND, {ranges(sorted(nodes))}): "
+        what = "MPOL_BIND" if mode == _MPOL_BIND else "MPOL_PREFERRED"
+        raise OSError(err, f"set_mempolicy({what}, {ranges(sorted(nodes))}): "
                            f"{os.strerror(err)}")

@@ -10,14 +10,29 @@ NUMA node after NUMA node. Nothing here talks to other processes.
 from __future__ import annotations
 
 import os
+import re
 import socket
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LABELS_ENV", "describe", "gpus", "numa_nodes", "parse_labels", "spread"]
+__all__ = ["LABELS_ENV", "allowed", "describe", "gpus", "natural", "numa_nodes",
+           "parse_labels", "spread"]
 
 LABELS_ENV = "REGENCY_HOST_LABELS"
 _GPU_VENDORS = {"0x10de": "nvidia", "0x1002": "amd", "0x8086": "intel"}
+_GPU_CLASSES = ("0x0300", "0x0302", "0x0380", "0x1200")  # VGA, 3D, display, accelerator
+
+
+def allowed() -> set[int]:
+    """The CPUs this process may run on: its affinity, which a cpuset (cgroup v1 or v2),
+    ``taskset`` or ``numactl`` around the worker has already narrowed."""
+    return set(os.sched_getaffinity(0))
+
+
+def natural(value: str) -> tuple[Any, ...]:
+    """A sort key that orders ``r2`` before ``r10`` and ``2`` before ``10``."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part)
+                 for part in re.split(r"(\d+)", value) if part)
 
 
 def sys_root() -> Path:
@@ -35,8 +50,10 @@ def parse_labels(text: str) -> dict[str, str]:
     for item in filter(None, (part.strip() for part in text.split(","))):
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
-            raise ValueError(f"host label {item!r} in {LABELS_ENV}={text!r} is not key=value "
+            raise ValueError(f"host label {item!r} in {text!r} is not key=value "
                              "(e.g. rack=r1,zone=a)")
+        if key.strip() in labels:
+            raise ValueError(f"host label {key.strip()!r} is given twice in {text!r}")
         labels[key.strip()] = value.strip()
     return labels
 
@@ -68,12 +85,21 @@ def numa_nodes(usable: set[int], root: Path | None = None) -> dict[int, list[int
             continue
         if cpus:
             nodes[int(name[4:])] = cpus
-    return dict(sorted(nodes.items())) or {0: sorted(usable)}
+    listed = {c for cpus in nodes.values() for c in cpus}
+    unlisted = sorted(usable - listed)
+    if unlisted:  # no node names them (no NUMA information): with the first node
+        first = min(nodes, default=0)
+        nodes[first] = sorted(set(nodes.get(first, [])) | set(unlisted))
+    return dict(sorted(nodes.items()))
 
 
 def gpus(root: Path | None = None) -> list[dict[str, Any]]:
-    """The GPUs on the PCI bus, in bus order: ``{"index", "vendor", "pci", "numa"}``
-    (``numa`` None where the platform does not say)."""
+    """The GPUs on the PCI bus, in bus order: ``{"index", "vendor", "pci", "numa"}``.
+
+    ``index`` counts the GPUs of one vendor in bus order (CUDA's numbering with
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID``); ``numa`` is None where the platform does not say.
+    Virtual functions (SR-IOV slices of one GPU) are not counted.
+    """
     base = (root or sys_root()) / "bus" / "pci" / "devices"
     found: list[dict[str, Any]] = []
     try:
@@ -86,13 +112,17 @@ def gpus(root: Path | None = None) -> list[dict[str, Any]]:
             vendor = (dev / "vendor").read_text().strip()
         except OSError:
             continue
-        if not klass.startswith("0x03") or vendor not in _GPU_VENDORS:
-            continue  # a display or 3D controller of a GPU maker
+        if klass[:6] not in _GPU_CLASSES or vendor not in _GPU_VENDORS:
+            continue  # a display, 3D or accelerator controller of a GPU maker
+        if (dev / "physfn").exists():
+            continue  # a virtual function of a GPU counted already
         try:
             node: int | None = int((dev / "numa_node").read_text().strip())
         except (OSError, ValueError):
             node = None
-        found.append({"index": len(found), "vendor": _GPU_VENDORS[vendor], "pci": dev.name,
+        name = _GPU_VENDORS[vendor]
+        index = sum(1 for g in found if g["vendor"] == name)
+        found.append({"index": index, "vendor": name, "pci": dev.name,
                       "numa": node if node is not None and node >= 0 else None})
     return found
 
@@ -116,6 +146,8 @@ def spread(index: int, count: int, nodes: dict[int, list[int]]) -> tuple[set[int
     equal size (give or take one), so a share stays within a node when the procs divide
     the nodes evenly. With more procs than CPUs, procs share CPUs round the ring.
     """
+    if count < 1:
+        raise ValueError(f"spread: {count} procs")
     if not 0 <= index < count:
         raise ValueError(f"spread: proc {index} of {count}")
     ring = [(node, cpu) for node, cpus in sorted(nodes.items()) for cpu in sorted(cpus)]
