@@ -60,3 +60,22 @@ def test_lines_end_at_newlines_only() -> None:
             procs.logs(tail=-1)
     finally:
         procs.stop().get(timeout=T)
+
+
+class Own(Talker):
+    @endpoint
+    def own_lines(self) -> list[str]:
+        return ra.this_proc().logs(tail=1).of(0)
+
+
+def test_this_proc_reads_its_own_log_and_the_controller_says_it_has_none() -> None:
+    here = ra.this_proc().logs()
+    assert len(here) == 0 and "this is the controller" in here.missing[0]
+    assert "goes to your terminal" in str(here)
+    procs = this_host().spawn_procs(name="own")
+    try:
+        own = procs.spawn("own", Own)
+        own.say.call_one("said in the proc").get(timeout=T)  # its reply waits for the line
+        assert own.own_lines.call_one().get(timeout=T) == ["said in the proc"]
+    finally:
+        procs.stop().get(timeout=T)

@@ -326,11 +326,15 @@ class ProcMesh(MeshTrait):
         if not float(timeout) > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
         ranks = self._shape_.ranks()
+        rt = runtime()
+        if rt.role == "controller" and tuple(self._proc_addrs) == (rt.address,):
+            return ProcLogs([], {0: "this is the controller: what it prints goes to your "
+                                    "terminal, not to a log file"}, {0: {}})
         procs = [(self._mesh_name, i, self._proc_addrs[g], self._host_agents[g])
                  for i, g in enumerate(ranks)]
         coords = [dict(Point(i, self._shape_.extent)) for i in range(len(ranks))]
         earlier = [_incarnation.earlier(self._addrs_made[g]) for g in ranks]
-        return collect_logs(runtime(), procs, coords, earlier, int(tail), float(timeout))
+        return collect_logs(rt, procs, coords, earlier, int(tail), float(timeout))
 
     # -- the tensor engine: regency._tensor, loaded on first use (it imports torch) --------
     def activate(self) -> Any:
