@@ -8,12 +8,13 @@ import ctypes
 import os
 import platform
 import signal
+import sys
 import threading
 
 import pytest
 
 import regency.actor as ra
-from regency.actor import Actor, endpoint, this_host
+from regency.actor import Actor, BootstrapCommand, endpoint, this_host
 from regency.errors import SupervisionError
 
 T = 30
@@ -107,3 +108,26 @@ def _cpulist(path: str) -> list[int]:
 
     with open(path) as f:
         return sorted(parse_list(f.read().strip(), "node0"))
+
+
+class Marker(Actor):
+    @endpoint
+    def mark(self) -> None:
+        print("marker", flush=True)
+
+
+def test_the_binding_holds_before_a_bootstrap_command_runs() -> None:
+    cpu = CPUS[-1]
+    main = "regency._api._bootstrap_main"
+    wrapper = BootstrapCommand("/bin/sh", None, [  # what it runs on, before Python starts
+        "-c", f'grep Cpus_allowed_list: /proc/self/status; exec "$0" -m {main}',
+        sys.executable], {})
+    procs = this_host().spawn_procs(per_host={"gpus": 1}, proc_bind=[{"cpus": str(cpu)}],
+                                    bootstrap_command=wrapper)
+    try:
+        procs.spawn("marker", Marker).mark.call_one().get(timeout=T)  # after its lines
+        lines = procs.logs(tail=50).of(0)
+    finally:
+        procs.stop().get(timeout=T)
+    assert lines[-1] == "marker"
+    assert f"Cpus_allowed_list:\t{cpu}" in lines, lines

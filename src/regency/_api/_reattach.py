@@ -82,8 +82,9 @@ def detach(rt: Runtime, uid: str, what: str) -> None:
     if local:
         raise ValueError(
             f"detach: {what} has procs on this controller's own host ({', '.join(local)}), "
-            "which end with this controller; spawn it on worker hosts (a job's host mesh, "
-            "or attach_to_workers) to keep it beyond this controller")
+            "which end with this controller; spawn it on worker hosts to keep it beyond "
+            "this controller: a job's host mesh (on one machine: ProcessJob({'hosts': 1})"
+            ".state().hosts) or attach_to_workers")
     api = api_state(rt)
     parts = {_MESH: _mesh_part(record, uid)}
     for payload in api.spawned.values():
