@@ -89,7 +89,9 @@ def test_hosts_describe_themselves_and_group_by_their_labels(tmp_path: Path) -> 
     with contextlib.ExitStack() as stack:
         workers = []
         for i, rack in enumerate(racks):
-            wenv = {**env, "REGENCY_HOST_LABELS": f"zone=z{i}"}
+            wenv = {**env, "REGENCY_HOST_LABELS": f"zone=z{i}",  # and SLURM's switches
+                    "SLURM_TOPOLOGY_ADDR": f"core.leaf{i % 2}.node{i}",
+                    "SLURM_TOPOLOGY_ADDR_PATTERN": "switch.switch.node"}
             if i == 0:
                 wenv["REGENCY_SYSFS_ROOT"] = str(fake)
             workers.append(stack.enter_context(_worker(wenv, "--label", f"rack={rack}")))
@@ -99,12 +101,13 @@ def test_hosts_describe_themselves_and_group_by_their_labels(tmp_path: Path) -> 
         assert run.returncode == 0, describe(run)
         out = json.loads(next(ln for ln in run.stdout.splitlines()
                               if ln.startswith("RESULT "))[7:])
-        assert out["labels"] == [{"zone": f"z{i}", "rack": r} for i, r in enumerate(racks)]
+        assert out["labels"] == [{"switch": f"leaf{i % 2}", "switch2": "core", "zone": f"z{i}",
+                                  "rack": r} for i, r in enumerate(racks)]
         assert out["racks"] == racks
         assert out["numa"][0] == {"0": [0], "1": [1]} or len(os.sched_getaffinity(0)) < 2
         assert [g["numa"] for g in out["gpus"][0]] == [0, 1]
         assert out["gpus"][1:] == [[], [], []] or Path("/sys/bus/pci").exists()
-        assert "rack=b;zone=z0" in out["table"]
+        assert "rack=b;switch=leaf0;switch2=core;zone=z0" in out["table"]
         assert "nvidia0@0;nvidia1@1" in out["table"] and "0:0;1:1" in out["table"]
         assert out["sizes"] == {"rack": 2, "hosts": 2}
         assert out["values"] == {"rack": ["a", "b"]}

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from regency._api._topology import group_order
-from regency._runtime._topology import gpus, numa_nodes, parse_labels, spread
+from regency._runtime._topology import gpus, numa_nodes, parse_labels, slurm_switches, spread
 
 
 def test_labels_are_key_value_pairs() -> None:
@@ -143,3 +143,14 @@ def test_group_order_is_a_permutation_into_contiguous_groups(racks: list[str]) -
     per = sizes[-1]
     for g, value in enumerate(values[0]):
         assert {racks[i] for i in order[g * per:(g + 1) * per]} == {value}
+
+
+def test_slurm_network_switches_become_labels() -> None:
+    env = {"SLURM_TOPOLOGY_ADDR": "core0.leaf12.node7",
+           "SLURM_TOPOLOGY_ADDR_PATTERN": "switch.switch.node"}
+    assert slurm_switches(env) == {"switch": "leaf12", "switch2": "core0"}
+    assert slurm_switches({"SLURM_TOPOLOGY_ADDR": "node7",
+                           "SLURM_TOPOLOGY_ADDR_PATTERN": "node"}) == {}
+    assert slurm_switches({}) == {}
+    assert slurm_switches({"SLURM_TOPOLOGY_ADDR": "a.b",  # inconsistent: nothing
+                           "SLURM_TOPOLOGY_ADDR_PATTERN": "switch.switch.node"}) == {}

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["LABELS_ENV", "allowed", "describe", "gpus", "natural", "numa_nodes",
-           "parse_labels", "spread"]
+           "parse_labels", "slurm_switches", "spread"]
 
 LABELS_ENV = "REGENCY_HOST_LABELS"
 _GPU_VENDORS = {"0x10de": "nvidia", "0x1002": "amd", "0x8086": "intel"}
@@ -127,15 +127,30 @@ def gpus(root: Path | None = None) -> list[dict[str, Any]]:
     return found
 
 
+def slurm_switches(env: dict[str, str]) -> dict[str, str]:
+    """The switches above this node in a SLURM cluster's network tree, as labels: SLURM
+    sets ``SLURM_TOPOLOGY_ADDR`` (``s0.s12.node7``) and ``SLURM_TOPOLOGY_ADDR_PATTERN``
+    (``switch.switch.node``) in a job's tasks when a topology plugin is configured. The
+    switch right above the node is ``switch``, the one above it ``switch2``, and so on."""
+    addr = env.get("SLURM_TOPOLOGY_ADDR", "").split(".")
+    pattern = env.get("SLURM_TOPOLOGY_ADDR_PATTERN", "").split(".")
+    if len(addr) != len(pattern) or len(addr) < 2:
+        return {}
+    above = [name for name, kind in zip(addr, pattern) if kind == "switch"][::-1]
+    return {("switch" if i == 0 else f"switch{i + 1}"): name for i, name in enumerate(above)}
+
+
 def describe(usable: set[int]) -> dict[str, Any]:
-    """This host: its name, the CPUs this process may use, NUMA nodes, GPUs and labels.
+    """This host: its name, the CPUs this process may use, NUMA nodes, GPUs and labels
+    (SLURM's switches, then its operator's, which win).
 
     Raises:
         ValueError: ``REGENCY_HOST_LABELS`` is malformed.
     """
+    labels = {**slurm_switches(dict(os.environ)),
+              **parse_labels(os.environ.get(LABELS_ENV, ""))}
     return {"hostname": socket.gethostname(), "cpus": sorted(usable),
-            "numa": numa_nodes(usable), "gpus": gpus(),
-            "labels": parse_labels(os.environ.get(LABELS_ENV, ""))}
+            "numa": numa_nodes(usable), "gpus": gpus(), "labels": labels}
 
 
 def spread(index: int, count: int, nodes: dict[int, list[int]]) -> tuple[set[int], int | None]:
