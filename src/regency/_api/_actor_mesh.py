@@ -13,7 +13,7 @@ from .._runtime._completion import Completion
 from .._runtime._pickling import dumps
 from .._runtime._relay import Tree
 from .._wire._messages import SYSTEM_ENDPOINT, StopActor
-from . import _incarnation
+from . import _incarnation, _reattach
 from ._actor import Actor, EndpointProperty, NotAnEndpoint, endpoints_of, is_async_actor
 from ._endpoint import Endpoint, post_call
 from ._future import Future, completed
@@ -122,7 +122,9 @@ class ActorMesh(MeshTrait):
         ranks = self._shape_.ranks()
         if ranks == self._full_shape.ranks():  # supervision refuses calls to them from now
             supervisor(rt).mesh_stopped(self._uid, reason)
-            api_state(rt).spawned.pop(self._uid, None)  # never respawned again
+            payload = api_state(rt).spawned.pop(self._uid, None)  # never respawned again
+            if payload is not None:  # a detached proc mesh's workers forget it
+                _reattach.drop_actor(rt, payload)
         else:
             supervisor(rt).ranks_stopped(self._uid, frozenset(ranks), reason)
         done = Completion(f"mesh {self._uid} to stop")

@@ -76,6 +76,8 @@ class KeptMeshes:
         if kept is None:
             kept = self.meshes[msg.mesh_uid] = Kept(msg.name, msg.controller, set())
         kept.parts.update(msg.parts)  # the actor meshes spawned since, a respawn's addresses
+        for key in [k for k, v in msg.parts.items() if not v]:
+            del kept.parts[key]  # an actor mesh stopped since
         kept.addrs = set(msg.addrs)  # the mesh's procs here now (a respawned rank's new one)
         kept.ended = {a: self._report_of(a, msg.mesh_uid, kept) for a in kept.addrs
                       if a not in self.agent.procs}

@@ -33,8 +33,8 @@ from ._leases import ask
 from ._mesh_state import _state
 from ._state import OwnedMesh, ProcMeshRecord, api_state, supervisor
 
-__all__ = ["ActorRecord", "MeshRecord", "detach", "forget", "hand_over", "kept_meshes",
-           "reattach", "send_actor", "send_mesh", "sends_done"]
+__all__ = ["ActorRecord", "MeshRecord", "detach", "drop_actor", "forget", "hand_over",
+           "kept_meshes", "reattach", "send_actor", "send_mesh", "sends_done"]
 
 log = logging.getLogger("regency.detach")
 _MESH = "mesh"  # the record's part that describes the proc mesh; actor meshes: "actor:UID"
@@ -109,6 +109,15 @@ def send_actor(rt: Runtime, uid: str, payload: m.SpawnActor) -> None:
     """Tell the workers of detached mesh ``uid`` of an actor mesh spawned on it."""
     record = api_state(rt).proc_meshes[uid]
     _keep(rt, uid, record, _by_agent(record), {f"actor:{payload.uid}": _actor_part(rt, payload)})
+
+
+def drop_actor(rt: Runtime, payload: m.SpawnActor) -> None:
+    """An actor mesh was stopped: if its proc mesh is detached, its workers drop its part
+    (not waited for)."""
+    uid = payload.proc_mesh._uid
+    record = api_state(rt).proc_meshes.get(uid)
+    if record is not None and record.detached and not record.state.stopped:
+        _keep(rt, uid, record, _by_agent(record), {f"actor:{payload.uid}": b""})
 
 
 def forget(rt: Runtime, uid: str) -> None:

@@ -340,8 +340,8 @@ class AskTopology(SystemMessage):
 class KeepProcs(SystemMessage):
     """From a controller to a worker: the procs ``addrs`` of mesh ``mesh_uid`` outlive me
     (``ProcMesh.detach``); ``parts`` (opaque here, merged with those sent before) are what a
-    later controller needs to adopt the mesh, handed back by ``ListKept``. No ``addrs``:
-    keep nothing of it (its controller stopped it)."""
+    later controller needs to adopt the mesh, handed back by ``ListKept``; an empty part is
+    dropped. No ``addrs``: keep nothing of it (its controller stopped it)."""
 
     port: PortRef
     controller: str
