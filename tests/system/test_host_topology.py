@@ -32,6 +32,8 @@ out = {"labels": [h.labels for h in topo], "numa": [h.numa for h in topo],
 by_rack = hosts.group_by("rack")
 out["sizes"] = dict(by_rack.sizes)
 out["values"] = by_rack.label_values
+out["sliced"] = [by_rack.slice(rack=slice(1, 2)).label_values,
+                 by_rack.slice(hosts=1).label_values]
 try:
     by_rack.shutdown()
 except RuntimeError as exc:
@@ -89,7 +91,7 @@ def test_hosts_describe_themselves_and_group_by_their_labels(tmp_path: Path) -> 
     with contextlib.ExitStack() as stack:
         workers = []
         for i, rack in enumerate(racks):
-            wenv = {**env, "REGENCY_HOST_LABELS": f"zone=z{i}",  # and SLURM's switches
+            wenv = {**env, "REGENCY_HOST_LABELS": f"zone=z{i},rack=env",  # --label wins
                     "SLURM_TOPOLOGY_ADDR": f"core.leaf{i % 2}.node{i}",
                     "SLURM_TOPOLOGY_ADDR_PATTERN": "switch.switch.node"}
             if i == 0:
@@ -111,6 +113,7 @@ def test_hosts_describe_themselves_and_group_by_their_labels(tmp_path: Path) -> 
         assert "nvidia0@0;nvidia1@1" in out["table"] and "0:0;1:1" in out["table"]
         assert out["sizes"] == {"rack": 2, "hosts": 2}
         assert out["values"] == {"rack": ["a", "b"]}
+        assert out["sliced"] == [{"rack": ["b"]}, {"rack": ["a", "b"]}]
         assert "reference" in out["shutdown"]  # the workers are the mesh's it came from
         # rack a holds workers 1 and 3: its procs run there, in that order
         assert [v.split(",")[0] for v in out["where"].values()] == ["zone=z1", "zone=z3",
@@ -123,9 +126,10 @@ def test_hosts_describe_themselves_and_group_by_their_labels(tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize(("args", "labels", "says"), [
-    (["--label", "rack"], "", "is not key=value (e.g. rack=r1,zone=a)"),
+    (["--label", "rack"], "", "is not key=value (e.g. rack=r1,zone=a"),
     ([], "rack", "is not key=value"),
-    (["--label", "rack=r1"], "rack=r2", "'rack' is given twice"),
+    (["--label", "rack=r1", "--label", "rack=r2"], "", "'rack' is given twice"),
+    ([], "hosts=x", "'hosts' is the name of a host mesh's own dimension"),
     (["--label", "note=a,b"], "", "a label holds no ','"),
 ])
 def test_a_malformed_label_stops_the_worker_saying_why(args: list[str], labels: str,

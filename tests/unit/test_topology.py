@@ -10,7 +10,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from regency._api._topology import group_order
-from regency._runtime._topology import gpus, numa_nodes, parse_labels, slurm_switches, spread
+from regency._runtime._topology import (
+    gpus,
+    merge_labels,
+    numa_nodes,
+    parse_labels,
+    slurm_switches,
+    spread,
+)
 
 
 def test_labels_are_key_value_pairs() -> None:
@@ -22,6 +29,21 @@ def test_labels_are_key_value_pairs() -> None:
         parse_labels("=r1")
     with pytest.raises(ValueError, match="'rack' is given twice"):
         parse_labels("rack=r1,rack=r2")
+    for bad in ("rack=", "ra ck=r1", "rack=a;b", "9rack=r1"):
+        with pytest.raises(ValueError, match="is not key=value"):
+            parse_labels(bad)
+    with pytest.raises(ValueError, match="'hosts' is the name of a host mesh's own"):
+        parse_labels("hosts=x")
+    assert parse_labels("rack=r2=x, zone = a b") == {"rack": "r2=x", "zone": "a b"}
+
+
+def test_command_line_labels_win_over_the_environments() -> None:
+    assert merge_labels("rack=r1,zone=a", ["rack=r2"]) == "rack=r2,zone=a"
+    assert merge_labels("", []) == ""
+    with pytest.raises(ValueError, match="'rack' is given twice"):
+        merge_labels("", ["rack=r1", "rack=r2"])
+    with pytest.raises(ValueError, match="a label holds no ','"):
+        merge_labels("", ["note=a,b"])
 
 
 def _sysfs(root: Path) -> Path:
@@ -124,7 +146,7 @@ def test_group_order_says_what_does_not_fit() -> None:
         group_order([{"rack": "a"}, {}], ["rack"])
     with pytest.raises(ValueError, match="a: 2, b: 1"):
         group_order([{"rack": "a"}, {"rack": "a"}, {"rack": "b"}], ["rack"])
-    with pytest.raises(ValueError, match="every combination"):
+    with pytest.raises(ValueError, match=r"every combination.*missing: a/y, b/x"):
         group_order([{"rack": "a", "row": "x"}, {"rack": "b", "row": "y"}], ["rack", "row"])
     with pytest.raises(ValueError, match="at least one label"):
         group_order([{}], [])

@@ -461,7 +461,8 @@ class HostMesh(MeshTrait):
         self._owned = owned
         self._command = command  # what its procs run (None: forks of the fork server)
         self._stream_logs = bool(config.get("enable_log_forwarding"))
-        self._label_values: dict[str, list[str]] = {}  # set by group_by
+        # set by group_by: the label dims, and each host's values of them (by global rank)
+        self._host_labels: tuple[tuple[str, ...], dict[int, dict[str, str]]] = ((), {})
 
     @property
     def region(self) -> Shape:
@@ -486,7 +487,9 @@ class HostMesh(MeshTrait):
         return self._shape_
 
     def _new_with_shape(self, shape: Shape) -> HostMesh:
-        return HostMesh(shape, self._agents, owned=False, command=self._command)
+        sliced = HostMesh(shape, self._agents, owned=False, command=self._command)
+        sliced._host_labels = self._host_labels
+        return sliced
 
     def with_python_executable(self, python_executable: str) -> HostMesh:
         """The same hosts, whose procs run ``python_executable`` (another virtual
@@ -637,7 +640,7 @@ class HostMesh(MeshTrait):
         --label rack=r1``). ``str()`` shows a table. Example::
 
             print(hosts.topology())
-            by_rack = hosts.group_by("rack")          # {rack: 2, hosts: 4}
+            by_rack = hosts.group_by("rack")          # 8 hosts in 2 racks: {rack: 2, hosts: 4}
 
         Raises:
             RuntimeError: a host did not answer within ``timeout`` (each is named).
@@ -652,8 +655,9 @@ class HostMesh(MeshTrait):
         ``labels`` then ``hosts``, e.g. ``hosts.group_by("rack")`` is ``{rack: 2, hosts:
         4}`` for 8 hosts in 2 racks. Values are in natural order (``r2`` before ``r10``);
         ``label_values`` of the result says which value each index is. Slice it by index
-        (``slice(rack=1)``) or spawn procs on it, as on any host mesh; it is a reference
-        (``shutdown()`` goes through the mesh it came from).
+        (``slice(rack=1)``) or spawn procs on it, as on any host mesh. Within a group,
+        hosts keep their order. It is a reference: ``stop()`` and ``shutdown()`` on it
+        raise ``RuntimeError``; call them on the mesh it was grouped from.
 
         Raises:
             ValueError: a host lacks a label, the groups differ in size, a combination of
@@ -668,18 +672,27 @@ class HostMesh(MeshTrait):
             raise ValueError(f"group_by{labels}: labels must be distinct and not 'hosts' "
                              "(the last dimension's name)")
         topo = self.topology(timeout)
-        sizes, order, values = _topology.group_order([h.labels for h in topo], labels)
+        sizes, order, _ = _topology.group_order([h.labels for h in topo], labels)
         ranks = self._shape_.ranks()
         agents = tuple(self._agents[ranks[i]] for i in order)
         grouped = HostMesh(Shape.from_sizes([*labels, "hosts"], sizes), agents, owned=False,
                            command=self._command)
-        grouped._label_values = dict(zip(labels, values))
+        grouped._host_labels = (tuple(labels), {g: {k: topo[i].labels[k] for k in labels}
+                                                for g, i in enumerate(order)})
         return grouped
 
     @property
     def label_values(self) -> dict[str, list[str]]:
-        """For a mesh made by ``group_by``: each label dimension's values, by index."""
-        return dict(self._label_values)
+        """For a mesh made by ``group_by`` (or a slice of one): each label dimension's
+        values, by index."""
+        keys, by_host = self._host_labels
+        out: dict[str, list[str]] = {}
+        for key in (k for k in keys if k in self._shape_.labels):
+            values = [""] * self.sizes[key]
+            for local, g in enumerate(self._shape_.ranks()):
+                values[self._shape_.point(local)[key]] = by_host[g][key]
+            out[key] = values
+        return out
 
     def detached_procs(self) -> list[str]:
         """The names of the proc meshes that controllers detached on these hosts and that

@@ -11,6 +11,7 @@ listed in.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -136,9 +137,11 @@ def group_order(labels: Sequence[Mapping[str, str]], keys: Sequence[str]
         combos *= len(vals)
     if len(groups) != combos or len(set(sizes.values())) != 1:
         counts = ", ".join(f"{'/'.join(key)}: {n}" for key, n in sorted(sizes.items()))
+        missing = [combo for combo in itertools.product(*values) if combo not in groups]
+        gaps = f"; missing: {', '.join('/'.join(c) for c in missing)}" if missing else ""
         raise ValueError(f"group_by{tuple(keys)}: the groups must all hold the same number "
                          f"of hosts, and every combination of values must be there; hosts "
-                         f"per group: {counts}")
+                         f"per group: {counts}{gaps}")
     index = [{v: n for n, v in enumerate(vals)} for vals in values]
     order = [i for key in sorted(groups, key=lambda k: [ix[v] for ix, v in zip(index, k)])
              for i in groups[key]]

@@ -58,18 +58,13 @@ def _worker(args: argparse.Namespace) -> int:
     logging.getLogger("regency").addHandler(handler)
     logging.getLogger("regency").setLevel(logging.INFO)
     from .._runtime._secret import SecretError
-    from .._runtime._topology import LABELS_ENV, parse_labels
+    from .._runtime._topology import LABELS_ENV, merge_labels
 
-    bad = [label for label in args.label if "," in label]
-    given = ",".join([os.environ.get(LABELS_ENV, ""), *args.label]).strip(",")
-    try:  # what `HostMesh.topology()` and `group_by` read
-        if bad:
-            raise ValueError(f"--label {bad[0]!r}: a label holds no ','")
-        parse_labels(given)
+    try:  # what `HostMesh.topology()` and `group_by` read; --label wins over the environment
+        os.environ[LABELS_ENV] = merge_labels(os.environ.get(LABELS_ENV, ""), args.label)
     except ValueError as exc:
         print(f"regency worker: {exc}", file=sys.stderr)
         return 2
-    os.environ[LABELS_ENV] = given
     try:
         return run_worker_loop_forever(address=args.listen, advertise=args.advertise)
     except SecretError as exc:

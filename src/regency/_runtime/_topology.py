@@ -15,8 +15,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LABELS_ENV", "allowed", "describe", "gpus", "natural", "numa_nodes",
-           "parse_labels", "slurm_switches", "spread"]
+__all__ = ["LABELS_ENV", "allowed", "describe", "gpus", "merge_labels", "natural",
+           "numa_nodes", "parse_labels", "slurm_switches", "spread"]
 
 LABELS_ENV = "REGENCY_HOST_LABELS"
 _GPU_VENDORS = {"0x10de": "nvidia", "0x1002": "amd", "0x8086": "intel"}
@@ -40,22 +40,46 @@ def sys_root() -> Path:
     return Path(os.environ.get("REGENCY_SYSFS_ROOT", "/sys"))
 
 
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+
+
 def parse_labels(text: str) -> dict[str, str]:
-    """``"rack=r1,zone=a"`` as a dict.
+    """``"rack=r1,zone=a"`` as a dict. A key is a name (letters, digits, ``_``, ``.``,
+    ``-``; not ``hosts``, a host mesh's own dimension); a value is not empty and holds no
+    ``;`` (the table's separator).
 
     Raises:
-        ValueError: an item is not ``key=value`` or its key is empty.
+        ValueError: an item is not ``key=value``, or a key is given twice.
     """
     labels: dict[str, str] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
-        key, eq, value = item.partition("=")
-        if not eq or not key.strip():
-            raise ValueError(f"host label {item!r} in {text!r} is not key=value "
-                             "(e.g. rack=r1,zone=a)")
-        if key.strip() in labels:
-            raise ValueError(f"host label {key.strip()!r} is given twice in {text!r}")
-        labels[key.strip()] = value.strip()
+        key, eq, value = (part.strip() for part in item.partition("="))
+        if not eq or not _KEY.fullmatch(key) or not value or ";" in value:
+            raise ValueError(f"host label {item!r} in {text!r} is not key=value (e.g. "
+                             "rack=r1,zone=a: a key of letters, digits, _ . -; a value not "
+                             "empty, without ';')")
+        if key == "hosts":
+            raise ValueError(f"host label {item!r}: 'hosts' is the name of a host mesh's "
+                             "own dimension; call the label something else")
+        if key in labels:
+            raise ValueError(f"host label {key!r} is given twice in {text!r}")
+        labels[key] = value
     return labels
+
+
+def merge_labels(env: str, given: list[str]) -> str:
+    """The labels of ``env`` (``REGENCY_HOST_LABELS``) with those of ``--label`` options,
+    which win, as the text ``REGENCY_HOST_LABELS`` holds.
+
+    Raises:
+        ValueError: a label is malformed, given twice on the command line, or holds ``,``.
+    """
+    labels = parse_labels(env)
+    bad = [label for label in given if "," in label]
+    if bad:
+        raise ValueError(f"--label {bad[0]!r}: a label holds no ','")
+    options = parse_labels(",".join(given))
+    return ",".join(f"{k}={v}" for k, v in {**labels, **options}.items())
 
 
 def _int_list(text: str) -> list[int]:

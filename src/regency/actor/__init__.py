@@ -55,6 +55,8 @@ from .._api._proc_mesh import this_host as this_host
 from .._api._proc_mesh import this_proc as this_proc
 from .._api._returns_future import returns_future as returns_future
 from .._api._supervise import default_unhandled_fault_hook as _default_hook
+from .._api._topology import HostInfo as HostInfo
+from .._api._topology import Topology as Topology
 from .._api._value_mesh import ValueMesh as ValueMesh
 from .._api._worker_loops import run_worker_loop_forever as run_worker_loop_forever
 from .._api._worker_loops import run_worker_loop_until_shutdown as run_worker_loop_until_shutdown
@@ -91,6 +93,7 @@ __all__ = [
     "Extent",
     "Future",
     "MailboxLimit",
+    "HostInfo",
     "HostMesh",
     "Instance",
     "MeshFailure",
@@ -102,6 +105,7 @@ __all__ = [
     "Shape",
     "Slice",
     "SupervisionError",
+    "Topology",
     "Uid",
     "ValueMesh",
     "as_endpoint",
