@@ -214,6 +214,25 @@ def test_a_rank_that_died_while_detached_fails_at_reattach_and_respawns(tmp_path
             kill_tagged(first.tag)
 
 
+def test_a_rank_respawned_in_two_generations_gets_a_new_address_each_time(tmp_path) -> None:
+    with _two_workers() as (env, workers):
+        first = run_script(tmp_path, _args(FIRST, workers), env=env, timeout=90)
+        try:
+            pids = _result(first)["pids"]
+            for generation in range(2):  # each controller respawns rank 1 and detaches
+                victim = psutil.Process(pids[1])
+                victim.kill()
+                victim.wait(timeout=30)
+                run = run_script(tmp_path, _args(SECOND, workers),
+                                 env={**env, "DEAD": "1", "AGAIN": "1"}, timeout=90)
+                out = _result(run)
+                assert out["respawned"] == [1], (generation, out)
+                assert out["pids"][0] == pids[0] and out["pids"][1] != pids[1]
+                pids = out["pids"]
+        finally:
+            kill_tagged(first.tag)
+
+
 MISTAKES = COMMON + """
 from regency.actor import this_host
 out = {}
@@ -450,7 +469,7 @@ def test_a_proc_that_does_not_answer_the_takeover_fails_and_can_be_respawned(tmp
             second = run_script(tmp_path, "import time\n" + _args(TAKE_BLOCKED, workers),
                                 env={**env, "REGENCY_CONNECT_TIMEOUT": "2"}, timeout=90)
             out = _result(second)
-            assert any("did not answer this controller's takeover within 2s" in f
+            assert any("was not taken over: it did not answer within 2s" in f
                        for f in out["failures"]), out["failures"]
             assert out["respawned"] == [0]
         finally:

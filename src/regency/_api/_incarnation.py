@@ -43,7 +43,13 @@ def current(addrs: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def replace(old: str, new: str) -> None:
-    """Record that ``new`` stands for ``old`` from now on."""
+    """Record that ``new`` stands for ``old`` from now on.
+
+    Raises:
+        ValueError: ``new`` is ``old``, or stands for it already (a cycle: never resolved).
+    """
     global generation
+    if resolve(new) == old or new == old:
+        raise ValueError(f"address {new} cannot stand for {old}: it would stand for itself")
     _replaced[old] = new
     generation += 1

@@ -112,10 +112,11 @@ class KeptMeshes:
                 f"worker {self.rt.address} keeps no proc mesh {msg.mesh_uid} (another "
                 "controller took it over, or its procs ended with this worker)"))
             return
-        taken = [rec for rec in self.agent.procs.values() if rec.addr in kept.addrs]
-        for rec in taken:
-            rec.owner = msg.controller  # its exit is told to the new owner
-            self._output_read(rec, msg.controller)
+        for rec in list(self.agent.procs.values()):
+            if rec.addr in kept.addrs:
+                rec.owner = msg.controller  # its exit is told to the new owner
+            if self._kept_by(rec, kept) is not None:
+                self._output_read(rec, msg.controller)
         self.rt.send_reply(msg.port, None, m.OK, None)
         for report in kept.ended.values():  # after the answer: the owner has its books
             self.rt.send_sys(msg.controller, report)
@@ -141,12 +142,23 @@ class KeptMeshes:
             self.recent.popitem(last=False)
 
     def _muted(self, rec: ProcRecord) -> bool:
-        """Whether ``rec``'s output stays in its log file: a kept proc (or one it spawned)
-        whose controller is not the one attached (that one did not take it over)."""
+        """Whether ``rec``'s output stays in its log file: a kept proc (or one spawned below
+        it) whose controller is not the one attached (that one did not take it over)."""
         here = self.controller()
-        return any(kept.controller != here and (rec.addr in kept.addrs or
-                                                rec.owner in kept.addrs)
+        return any(kept.controller != here and self._kept_by(rec, kept) is not None
                    for kept in self.meshes.values())
+
+    def _kept_by(self, rec: ProcRecord, kept: Kept) -> str | None:
+        """The proc of ``kept`` that ``rec`` is, or was spawned below (None: neither)."""
+        addr, seen = rec.addr, 0
+        while seen < 64:  # an owner chain is short; a cycle is not followed for ever
+            if addr in kept.addrs:
+                return addr
+            above = self.agent.procs.get(addr)
+            if above is None:
+                return None
+            addr, seen = above.owner, seen + 1
+        return None
 
     def spared(self) -> set[str]:
         """The procs that stay when the controller goes: those kept, and those they own."""

@@ -167,11 +167,14 @@ class ProcMesh(MeshTrait):
         frame = [system_header(payload.KIND), data, *buffers]
         supervisor(rt).mesh_spawned(uid, _owner_uid(), "actor", name, shape, self._proc_addrs,
                                     _qualname(Class))  # before any member can fail
-        for g in shape.ranks():
-            rt.post(self._proc_addrs[g], frame)
+        addrs = [self._proc_addrs[g] for g in shape.ranks()]
         record = api_state(rt).proc_meshes.get(self._uid)
-        if record is not None and record.detached:  # the next controller adopts it too
-            _reattach.send_actor(rt, self._uid, payload)
+        if record is not None and record.detached:  # the next controller adopts it too:
+            # its workers are told before its procs (an end right after loses neither, or
+            # the spawn only: a part without its actors is said at reattach)
+            _reattach.send_actor(rt, self._uid, payload, then=lambda: _post(rt, addrs, frame))
+        else:
+            _post(rt, addrs, frame)
         mesh = ActorMesh(uid, name, Class, shape, self._proc_addrs, shape, fanout)
         return mesh  # type: ignore[return-value]
 
@@ -400,6 +403,11 @@ class ProcMesh(MeshTrait):
 
     def __repr__(self) -> str:
         return f"<ProcMesh {self._uid} {self._shape_.extent}>"
+
+
+def _post(rt: Runtime, addrs: list[str], frame: list[Any]) -> None:
+    for addr in addrs:
+        rt.post(addr, frame)
 
 
 def _rank_table(labels: list[str], sizes: list[int]) -> str:

@@ -17,9 +17,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import warnings
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Future as ThreadFuture
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import cloudpickle
@@ -51,6 +51,7 @@ class MeshRecord:
     agents: tuple[str, ...]  # by rank: its host agent
     spec: dict[str, Any]
     entries: dict[int, dict[str, Any]]
+    incarnations: dict[int, int] = field(default_factory=dict)  # rank -> respawns so far
 
 
 @dataclass
@@ -105,10 +106,13 @@ def send_mesh(rt: Runtime, uid: str) -> None:
     _keep(rt, uid, record, _by_agent(record), {_MESH: _mesh_part(record, uid)})
 
 
-def send_actor(rt: Runtime, uid: str, payload: m.SpawnActor) -> None:
-    """Tell the workers of detached mesh ``uid`` of an actor mesh spawned on it."""
+def send_actor(rt: Runtime, uid: str, payload: m.SpawnActor,
+               then: Callable[[], Any] | None = None) -> None:
+    """Tell the workers of detached mesh ``uid`` of an actor mesh spawned on it; ``then``
+    runs on the loop once the messages to them are written (not answered)."""
     record = api_state(rt).proc_meshes[uid]
-    _keep(rt, uid, record, _by_agent(record), {f"actor:{payload.uid}": _actor_part(rt, payload)})
+    _keep(rt, uid, record, _by_agent(record),
+          {f"actor:{payload.uid}": _actor_part(rt, payload)}, then)
 
 
 def drop_actor(rt: Runtime, payload: m.SpawnActor) -> None:
@@ -131,7 +135,8 @@ def _mesh_part(record: ProcMeshRecord, uid: str) -> bytes:
     assert record.spec is not None
     return cloudpickle.dumps(MeshRecord(uid, record.name, record.shape,
                                         tuple(record.addr_list), tuple(record.agents),
-                                        record.spec, dict(record.entries)))
+                                        record.spec, dict(record.entries),
+                                        dict(record.incarnations)))
 
 
 def _actor_part(rt: Runtime, payload: m.SpawnActor) -> bytes:
@@ -147,9 +152,11 @@ def _by_agent(record: ProcMeshRecord) -> dict[str, list[str]]:
 
 
 def _keep(rt: Runtime, uid: str, record: ProcMeshRecord, by_agent: dict[str, list[str]],
-          parts: dict[str, bytes]) -> ThreadFuture[None]:
-    """Send ``KeepProcs`` to each worker (from any thread); the future completes when all
-    answered, or fails naming the first that did not. Kept until shutdown (``sends_done``)."""
+          parts: dict[str, bytes], then: Callable[[], Any] | None = None
+          ) -> ThreadFuture[None]:
+    """Send ``KeepProcs`` to each worker (from any thread), then run ``then`` on the loop;
+    the future completes when all answered, or fails naming the first that did not. Kept
+    until shutdown (``sends_done``)."""
     timeout = float(config.get("connect_timeout"))
 
     async def keep(agent: str, addrs: list[str]) -> None:
@@ -162,7 +169,11 @@ def _keep(rt: Runtime, uid: str, record: ProcMeshRecord, by_agent: dict[str, lis
             raise TransportError(f"worker {agent} could not be told: {exc}") from None
 
     async def all_kept() -> None:
-        await asyncio.gather(*(keep(a, addrs) for a, addrs in by_agent.items()))
+        asks = [asyncio.ensure_future(keep(a, addrs)) for a, addrs in by_agent.items()]
+        if then is not None:
+            await asyncio.sleep(0)  # each ask has sent its message
+            then()
+        await asyncio.gather(*asks)
 
     done = asyncio.run_coroutine_threadsafe(all_kept(), rt.loop)
     pending = api_state(rt).kept_sends
@@ -303,12 +314,12 @@ def _make_books(rt: Runtime, record: MeshRecord,
     api = api_state(rt)
     roots = sorted({rt.root, *rt.my_addresses})
     spec = {**record.spec, "root": rt.root, "root_addresses": roots,  # respawns are ours
-            "config": config.get_runtime_config(),
+            "proc_addrs": record.addrs, "config": config.get_runtime_config(),
             "order_output": bool(config.get("order_output")),
             "kill_descendants": bool(config.get("kill_proc_descendants"))}
     api.proc_meshes[record.uid] = ProcMeshRecord(
         _state(record.uid), list(record.addrs), list(record.agents), None, record.name,
-        record.shape, spec, dict(record.entries))
+        record.shape, spec, dict(record.entries), dict(record.incarnations))
     supervisor(rt).mesh_spawned(record.uid, None, "proc", record.name, record.shape,
                                 record.addrs)
     for uid, (payload, cls) in actors.items():
@@ -351,7 +362,7 @@ async def _take_over(rt: Runtime, record: MeshRecord, entries: list[dict[str, An
                                     "takeover did not reach it before its controller ended)")
     for entry, exc in refused:
         for addr in entry["live"]:
-            _unanswered(rt, record, addr, exc)
+            _unanswered(rt, record, addr, exc, worker=entry["agent"])
     live = [a for e, t in zip(entries, taken) if not isinstance(t, BaseException)
             for a in e["live"]]
     roots = sorted({rt.root, *rt.my_addresses})
@@ -374,14 +385,17 @@ def _fail(rt: Runtime, record: MeshRecord, rank: int, why: str) -> None:
                              record.agents[rank], []))
 
 
-def _unanswered(rt: Runtime, record: MeshRecord, addr: str, exc: BaseException) -> None:
-    """A live proc could not be taken over: it fails through supervision (it may be
-    respawned) and is stopped, instead of running on with the old controller as its root."""
+def _unanswered(rt: Runtime, record: MeshRecord, addr: str, exc: BaseException,
+                worker: str = "") -> None:
+    """A live proc could not be taken over (it, or its ``worker``, did not answer): it fails
+    through supervision (it may be respawned) and is stopped, instead of running on with
+    the old controller as its root."""
+    who = f"its worker {worker}" if worker else "it"
     if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):
         timeout = float(config.get("connect_timeout"))
-        why = f"did not answer this controller's takeover within {timeout:g}s"
+        why = f"was not taken over: {who} did not answer within {timeout:g}s"
     else:
-        why = f"could not be taken over ({type(exc).__name__}: {exc})"
+        why = f"was not taken over: {who} refused ({type(exc).__name__}: {exc})"
     rank = record.addrs.index(addr)
     _fail(rt, record, rank, why)
     port_id = rt.open_port(lambda reply, frame: None)
