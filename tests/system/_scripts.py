@@ -87,12 +87,13 @@ def describe(run: Run) -> str:
 
 
 @contextlib.contextmanager
-def loopback_worker(env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """A real ``regency worker`` listening on loopback TCP, with its address; killed (its
-    session) on the way out if it is still running."""
+def loopback_worker(env: dict[str, str], *args: str
+                    ) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """A real ``regency worker`` listening on loopback TCP (``args``: more of its options),
+    with its address; killed (its session) on the way out if it is still running."""
     worker = subprocess.Popen(
         [sys.executable, "-m", "regency", "worker", "--listen", "tcp://127.0.0.1:0",
-         "--advertise", "127.0.0.1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+         "--advertise", "127.0.0.1", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True, env=env, start_new_session=True)
     try:
         assert worker.stdout is not None

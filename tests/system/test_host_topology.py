@@ -9,11 +9,10 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _scripts import describe, kill_tagged, run_script
+from _scripts import describe, kill_tagged, loopback_worker, run_script
 
 SCRIPT = """
 import json, sys
@@ -49,28 +48,6 @@ print("RESULT " + json.dumps(out))
 """
 
 
-@contextlib.contextmanager
-def _worker(env: dict[str, str], *args: str) -> Iterator[str]:
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "regency", "worker", "--listen", "tcp://127.0.0.1:0",
-         "--advertise", "127.0.0.1", *args], stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
-    try:
-        assert worker.stdout is not None
-        seen = []
-        for line in worker.stdout:  # bounded by the test's timeout
-            seen.append(line)
-            if "regency worker listening on" in line:
-                break
-        else:
-            raise AssertionError("the worker exited:\n" + "".join(seen))
-        yield line.rsplit(" ", 1)[1].strip()
-    finally:
-        if worker.poll() is None:
-            os.killpg(worker.pid, 9)
-            worker.wait(timeout=30)
-
-
 def _two_node_sys(root: Path) -> None:
     for n, cpus in ((0, "0"), (1, "1")):
         (root / "devices" / "system" / "node" / f"node{n}").mkdir(parents=True)
@@ -96,7 +73,8 @@ def test_hosts_describe_themselves_and_group_by_their_labels(tmp_path: Path) -> 
                     "SLURM_TOPOLOGY_ADDR_PATTERN": "switch.switch.node"}
             if i == 0:
                 wenv["REGENCY_SYSFS_ROOT"] = str(fake)
-            workers.append(stack.enter_context(_worker(wenv, "--label", f"rack={rack}")))
+            _, address = stack.enter_context(loopback_worker(wenv, "--label", f"rack={rack}"))
+            workers.append(address)
         run = run_script(tmp_path, SCRIPT.replace("sys.argv[1:]", repr(workers)), env=env,
                          timeout=90)
     try:
