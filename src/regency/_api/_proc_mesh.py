@@ -744,8 +744,7 @@ class HostMesh(MeshTrait):
         """The worker agents of these hosts (ValueError for this controller's own host)."""
         agents = tuple(dict.fromkeys(self._agents[g] for g in self._shape_.ranks()))
         rt = runtime()
-        local = [a for a in agents if a in rt.my_addresses or not a.startswith("tcp:")]
-        if local:
+        if _reattach.local_agents(rt, agents):
             raise ValueError(f"{what}: this host mesh holds this controller's own host, where "
                              "no proc outlives its controller; use the worker hosts (a job's "
                              "host mesh, or attach_to_workers)")

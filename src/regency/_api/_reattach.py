@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import warnings
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import Future as ThreadFuture
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -34,7 +34,7 @@ from ._mesh_state import _state
 from ._state import OwnedMesh, ProcMeshRecord, api_state, supervisor
 
 __all__ = ["ActorRecord", "MeshRecord", "detach", "drop_actor", "forget", "hand_over",
-           "kept_meshes", "reattach", "send_actor", "send_mesh", "sends_done"]
+           "kept_meshes", "local_agents", "reattach", "send_actor", "send_mesh", "sends_done"]
 
 log = logging.getLogger("regency.detach")
 _MESH = "mesh"  # the record's part that describes the proc mesh; actor meshes: "actor:UID"
@@ -78,8 +78,7 @@ def detach(rt: Runtime, uid: str, what: str) -> None:
             "detaches it")
     if record.state.stopped:
         raise RuntimeError(f"detach: {what} was stopped ({record.state.stopped})")
-    local = sorted({a for a in record.agents if a in rt.my_addresses or
-                    not a.startswith("tcp:")})
+    local = local_agents(rt, record.agents)
     if local:
         raise ValueError(
             f"detach: {what} has procs on this controller's own host ({', '.join(local)}), "
@@ -97,6 +96,12 @@ def detach(rt: Runtime, uid: str, what: str) -> None:
     except TransportError as exc:
         raise TransportError(f"detach: {what}: {exc}") from None
     record.detached = True
+
+
+def local_agents(rt: Runtime, agents: Iterable[str]) -> list[str]:
+    """Those of ``agents`` that run in this controller (``this_host()``): their procs end
+    with it, and nothing is kept there."""
+    return sorted({a for a in agents if a in rt.my_addresses or not a.startswith("tcp:")})
 
 
 def send_mesh(rt: Runtime, uid: str) -> None:

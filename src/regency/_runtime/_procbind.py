@@ -25,7 +25,7 @@ from typing import Any
 from ._aggregate import ranges
 from ._topology import allowed, numa_nodes, spread
 
-__all__ = ["KEYS", "MAX_ID", "apply", "check", "parse_list", "usable"]
+__all__ = ["KEYS", "MAX_ID", "apply", "check", "parse_list"]
 
 KEYS = ("cpunodebind", "membind", "physcpubind", "cpus")
 MAX_ID = 65535  # the largest CPU or node number taken (a typo must not fill the memory)
@@ -135,13 +135,13 @@ def _cpus_of(bind: Mapping[str, str]) -> set[int] | None:
         if key in bind:
             cpus = parse_list(bind[key], key)
     if "cpunodebind" in bind:
-        allowed = usable()
+        usable = _usable()
         on_nodes: set[int] = set()
         for node in sorted(parse_list(bind["cpunodebind"], "cpunodebind")):
-            on_nodes |= _node_cpus(node) & allowed
+            on_nodes |= _node_cpus(node) & usable
         if not on_nodes:
             raise ValueError(f"its nodes have no CPU this process may use "
-                             f"({ranges(sorted(allowed))})")
+                             f"({ranges(sorted(usable))})")
         cpus = on_nodes if cpus is None else cpus & on_nodes
         if not cpus:
             raise ValueError("its CPUs and its nodes' CPUs have none in common")
@@ -155,15 +155,15 @@ def _set_cpus(cpus: set[int]) -> None:
         os.sched_setaffinity(0, cpus)
         missing = sorted(cpus - os.sched_getaffinity(0))
     except OSError:
-        missing = sorted(cpus - usable())
+        missing = sorted(cpus - _usable())
         if not missing:
             raise
     if missing:
         raise ValueError(f"CPU(s) {ranges(missing)} are not available here (this process "
-                         f"may use {ranges(sorted(usable()))})")
+                         f"may use {ranges(sorted(_usable()))})")
 
 
-def usable() -> set[int]:
+def _usable() -> set[int]:
     """The CPUs this process's cgroup lets it use (its cpuset), else every online CPU."""
     try:
         with open("/proc/self/cgroup") as f:
