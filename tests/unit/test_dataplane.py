@@ -9,16 +9,19 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from regency._dataplane import _proto, _vm
 from regency._dataplane._choice import choose
-from regency._dataplane._client import Pool, transfer
+from regency._dataplane._client import Pool, read_ranges, transfer
 from regency._dataplane._errors import BufferDroppedError, RDMAError
 from regency._dataplane._handle import Descriptor
 from regency._dataplane._identity import PeerInfo, peer_info
 from regency._dataplane._memory import buffer_region, local_region
 from regency._dataplane._registry import Registry
 from regency._dataplane._server import DataServer
+from regency._dataplane._sockets import connect, move_views
 from regency.errors import AuthenticationError
 
 ME = PeerInfo(hostname="h1", host_key="boot:1", pid_ns=10, net_ns=20, pid=100, uid=0,
@@ -294,5 +297,83 @@ def test_socket_deadline(server) -> None:
                  time.monotonic() - 1)
 
 
+@pytest.mark.parametrize("which", ["unix", "tcp"])
+def test_many_ranges_in_one_request(server, which) -> None:
+    """READV: ranges of any size, in any order, some empty, into scattered places."""
+    data = np.random.default_rng(2).integers(0, 256, 3 << 20, dtype=np.uint8)
+    desc = _desc(server, data)
+    addr = server.unix if which == "unix" else server.tcp
+    assert addr is not None
+    rng = np.random.default_rng(3)
+    pieces, at = [], 0
+    for _ in range(1000):
+        n = int(rng.choice([0, 1, 7, 4096, 70_000]))
+        r = int(rng.integers(0, data.size - n + 1))
+        pieces.append((r, at, n))
+        at += n + 3  # a gap in the destination
+    out = bytearray(at)
+    pool = Pool()
+    read_ranges(pool, addr, SECRET, desc, memoryview(out), pieces, time.monotonic() + 10)
+    for r, at, n in pieces:
+        assert out[at:at + n] == data[r:r + n].tobytes()
+    assert sum(len(v) for v in pool._idle.values()) == 1
+    pool.close_all()
+
+
+def test_many_ranges_errors(server) -> None:
+    desc = _desc(server, bytearray(100))
+    pool, deadline = Pool(), time.monotonic() + 10
+    out = memoryview(bytearray(100))
+    with pytest.raises(RDMAError, match="past the end"):
+        read_ranges(pool, server.tcp, SECRET, desc, out, [(0, 0, 10), (95, 10, 10)], deadline)
+    read_ranges(pool, server.tcp, SECRET, desc, out, [(90, 0, 10)], deadline)  # same connection
+    assert sum(len(v) for v in pool._idle.values()) == 1
+    server.registry.drop(desc.reg_id, desc.key)
+    with pytest.raises(BufferDroppedError):
+        read_ranges(pool, server.tcp, SECRET, desc, out, [(0, 0, 10)], deadline)
+    pool.close_all()
+
+
+@pytest.mark.parametrize("count", [0, _proto.MAX_RANGES + 1])
+def test_a_bad_range_count_ends_the_connection(server, count) -> None:
+    desc = _desc(server, bytearray(100))
+    sock = connect(server.tcp, SECRET, _proto.VERSION, "unit", 10)
+    sock.settimeout(10)
+    sock.sendall(_proto.REQUEST.pack(_proto.MAGIC, _proto.READV, desc.reg_id, desc.key, 0,
+                                     count))
+    assert sock.recv(16) == b""  # closed: what follows such a request cannot be read
+    sock.close()
+
+
+@given(sizes=st.lists(st.integers(0, 50), max_size=40),
+       steps=st.lists(st.integers(1, 60), min_size=1, max_size=20))
+def test_move_views_resumes_partial_calls(sizes: list[int], steps: list[int]) -> None:
+    """Whatever each call moves, every byte lands once, in order."""
+    src = bytes(range(256)) * 10
+    views = [memoryview(bytearray(n)) for n in sizes]
+    pos, calls = [0], [0]
+
+    def io(buffers: list[memoryview]) -> int:  # a recvmsg_into that fills a few bytes
+        budget = steps[calls[0] % len(steps)]
+        calls[0] += 1
+        moved = 0
+        for b in buffers:
+            take = min(len(b), budget - moved)
+            b[:take] = src[pos[0]:pos[0] + take]
+            pos[0] += take
+            moved += take
+            if moved == budget:
+                break
+        return moved
+
+    move_views(io, views)
+    assert b"".join(bytes(v) for v in views) == src[:sum(sizes)]
+
+
+def test_move_views_sees_a_closed_peer() -> None:
+    with pytest.raises(ConnectionResetError):
+        move_views(lambda buffers: 0, [memoryview(bytearray(3))])
+
+
 def test_protocol_layouts() -> None:
-    assert _proto.REQUEST.size == 40 and _proto.REPLY.size == 16
+    assert _proto.REQUEST.size == 40 and _proto.REPLY.size == 16 and _proto.RANGE.size == 16

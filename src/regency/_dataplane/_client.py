@@ -7,13 +7,14 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 
 from . import _proto as p
 from ._errors import BufferDroppedError, RDMAError
 from ._handle import Descriptor
-from ._sockets import connect, recv_exact
+from ._sockets import connect, move_views, recv_exact
 
-__all__ = ["Pool", "transfer"]
+__all__ = ["Pool", "read_ranges", "transfer"]
 
 
 class Pool:
@@ -90,21 +91,51 @@ def transfer(pool: Pool, address: str, secret: bytes, desc: Descriptor, op: int,
         RDMAError: the owner refused (read-only, range) or the connection failed.
         TimeoutError: ``deadline`` passed.
     """
-    sock = pool.take(address, secret, _remaining(deadline))
-    reusable = False
-    try:
-        sock.settimeout(_remaining(deadline))
-        sock.sendall(p.REQUEST.pack(p.MAGIC, op, desc.reg_id, desc.key, offset, len(view)))
-        try:
-            _reply(sock, deadline)
-        except RDMAError:
-            reusable = True  # an error reply leaves the connection in a clean state
-            raise
+    def then(sock: socket.socket) -> None:
         if op == p.READ:
             _recv(sock, view, deadline)
         else:
             _send(sock, view, deadline)
             _reply(sock, deadline)
+
+    request = p.REQUEST.pack(p.MAGIC, op, desc.reg_id, desc.key, offset, len(view))
+    _exchange(pool, address, secret, request, then, deadline)
+
+
+def read_ranges(pool: Pool, address: str, secret: bytes, desc: Descriptor, view: memoryview,
+                pieces: list[tuple[int, int, int]], deadline: float) -> None:
+    """Read many ranges of the remote buffer in one round trip (a READV request): each piece
+    (offset in the buffer, offset in ``view``, length), at most ``MAX_RANGES`` of them.
+
+    Raises: as :func:`transfer`.
+    """
+    def then(sock: socket.socket) -> None:
+        def recv(buffers: list[memoryview]) -> int:
+            sock.settimeout(_remaining(deadline))
+            return sock.recvmsg_into(buffers)[0]
+
+        move_views(recv, [view[at:at + n] for _, at, n in pieces])
+
+    entries = b"".join(p.RANGE.pack(desc.offset + r, n) for r, _, n in pieces)
+    request = p.REQUEST.pack(p.MAGIC, p.READV, desc.reg_id, desc.key, 0, len(pieces))
+    _exchange(pool, address, secret, request + entries, then, deadline)
+
+
+def _exchange(pool: Pool, address: str, secret: bytes, request: bytes,
+              then: Callable[[socket.socket], None], deadline: float) -> None:
+    """Send ``request`` on a pooled connection, read the reply, run ``then``; the connection
+    goes back to the pool if it ended in a clean state (an error reply included)."""
+    sock = pool.take(address, secret, _remaining(deadline))
+    reusable = False
+    try:
+        sock.settimeout(_remaining(deadline))
+        sock.sendall(request)
+        try:
+            _reply(sock, deadline)
+        except RDMAError:
+            reusable = True  # an error reply leaves the connection in a clean state
+            raise
+        then(sock)
         reusable = True
     except TimeoutError:
         raise TimeoutError("the transfer did not finish in time") from None

@@ -10,6 +10,10 @@ secret. Then the reader sends requests, one at a time::
 
 ``READ``   reply OK, then ``length`` bytes of the region from ``offset``.
 ``WRITE``  reply OK ("go"), then the reader sends ``length`` bytes, then reply OK ("done").
+``READV``  ``length`` is a count of ranges (1 to ``MAX_RANGES``); that many ``RANGE``
+           entries (offset, length) follow the request. Reply OK (value: the bytes in
+           all), then each range's bytes, in order: a reshard's many small ranges in one
+           round trip. Host memory only.
 ``CHECK``  reply OK if the registration lives (value: its size).
 Any error is a reply with a non-OK status and a text; the connection stays usable.
 """
@@ -18,13 +22,16 @@ from __future__ import annotations
 
 import struct
 
-__all__ = ["CHECK", "DROPPED", "ERROR", "OK", "READ", "REPLY", "REQUEST", "VERSION", "WRITE"]
+__all__ = ["CHECK", "DROPPED", "ERROR", "MAX_RANGES", "OK", "RANGE", "READ", "READV", "REPLY",
+           "REQUEST", "VERSION", "WRITE"]
 
-VERSION = "regency-data-2"  # 2: the client-proves-first handshake (ADR 0016)
+VERSION = "regency-data-3"  # 2: the client-proves-first handshake (ADR 0016); 3: READV
 MAGIC = b"RGDP"
-READ, WRITE, CHECK = 1, 2, 3
+READ, WRITE, CHECK, READV = 1, 2, 3, 4
 OK, DROPPED, ERROR = 0, 1, 2
 
 REQUEST = struct.Struct("!4sB3xQQQQ")
 REPLY = struct.Struct("!B3xIQ")
+RANGE = struct.Struct("!QQ")
+MAX_RANGES = 4096  # ranges one READV request may name
 MAX_TEXT = 4096

@@ -26,8 +26,9 @@ from .._wire import ServerHandshake
 from . import _cuda
 from . import _proto as p
 from ._errors import BufferDroppedError
+from ._memory import Region
 from ._registry import Registry
-from ._sockets import handshake, listen, recv_exact, recv_into_exact
+from ._sockets import handshake, listen, move_views, recv_exact, recv_into_exact
 
 log = logging.getLogger("regency.dataplane")
 refusals = RateLimitedLog(log)
@@ -142,16 +143,11 @@ class DataServer:
         magic, op, reg_id, key, offset, length = p.REQUEST.unpack(head)
         if magic != p.MAGIC:
             raise ConnectionError("bad data-plane request")
+        ranges = _ranges_of(conn, length) if op == p.READV else [(offset, length)]
         try:
             reg = self.registry.lookup(reg_id, key)
             region = reg.region
-            if offset + length > region.nbytes:
-                raise ValueError(f"range {offset}+{length} is past the end of RDMABuffer "
-                                 f"{reg_id} ({region.nbytes} bytes)")
-            if op == p.WRITE and region.readonly:
-                raise ValueError(f"RDMABuffer {reg_id} is read-only")
-            if op not in (p.READ, p.WRITE, p.CHECK):
-                raise ValueError(f"unknown data-plane operation {op}")
+            _check(op, region, reg_id, ranges)
         except BufferDroppedError as exc:
             _reply(conn, p.DROPPED, str(exc))
             return True
@@ -160,11 +156,19 @@ class DataServer:
             return True
         if op == p.CHECK:
             _reply(conn, p.OK, value=region.nbytes)
+        elif op == p.READV:
+            self._serve_ranges(conn, region.view(), ranges)
         elif region.on_device:
             self._serve_device(conn, op, region.address + offset, length, region.device)
         else:
             self._serve_host(conn, op, region.view(), offset, length)
         return True  # ``reg`` kept the memory alive until here
+
+    @staticmethod
+    def _serve_ranges(conn: socket.socket, view: memoryview,
+                      ranges: list[tuple[int, int]]) -> None:
+        _reply(conn, p.OK, value=sum(n for _, n in ranges))
+        move_views(conn.sendmsg, [view[offset:offset + n] for offset, n in ranges])
 
     @staticmethod
     def _serve_host(conn: socket.socket, op: int, view: memoryview, offset: int,
@@ -200,6 +204,33 @@ class DataServer:
             except OSError:
                 pass
             sock.close()
+
+
+def _ranges_of(conn: socket.socket, count: int) -> list[tuple[int, int]]:
+    """The ``count`` (offset, length) entries that follow a READV request.
+
+    Raises:
+        ConnectionError: a count out of bounds (the connection cannot be read on).
+    """
+    if not 0 < count <= p.MAX_RANGES:
+        raise ConnectionError(f"a data-plane READV of {count} ranges (1 to {p.MAX_RANGES})")
+    raw = recv_exact(conn, count * p.RANGE.size)
+    return [p.RANGE.unpack_from(raw, i * p.RANGE.size) for i in range(count)]
+
+
+def _check(op: int, region: Region, reg_id: int, ranges: list[tuple[int, int]]) -> None:
+    """Raise ValueError (replied to the reader) if ``op`` on ``ranges`` cannot be served."""
+    if op not in (p.READ, p.WRITE, p.CHECK, p.READV):
+        raise ValueError(f"unknown data-plane operation {op}")
+    for offset, length in ranges:
+        if offset + length > region.nbytes:
+            raise ValueError(f"range {offset}+{length} is past the end of RDMABuffer "
+                             f"{reg_id} ({region.nbytes} bytes)")
+    if op == p.WRITE and region.readonly:
+        raise ValueError(f"RDMABuffer {reg_id} is read-only")
+    if op == p.READV and region.on_device:
+        raise ValueError(f"RDMABuffer {reg_id} is device memory: it is read whole or in "
+                         "pieces, not in many ranges at once")
 
 
 def _reply(conn: socket.socket, status: int, text: str = "", value: int = 0) -> None:

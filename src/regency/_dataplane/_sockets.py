@@ -16,9 +16,10 @@ from .._transport._endpoints import bind_listening
 from .._wire import ClientHandshake, ServerHandshake
 from ..errors import AuthenticationError
 
-__all__ = ["connect", "handshake", "listen", "recv_exact", "recv_into_exact"]
+__all__ = ["connect", "handshake", "listen", "move_views", "recv_exact", "recv_into_exact"]
 
 SOCKET_BUFFER = 4 << 20
+_IOV = 1024  # buffers one sendmsg / recvmsg_into call takes (Linux's UIO_MAXIOV)
 HANDSHAKE_TIMEOUT = 10.0
 
 
@@ -114,3 +115,26 @@ def recv_exact(sock: socket.socket, n: int) -> bytes:
     buf = bytearray(n)
     recv_into_exact(sock, memoryview(buf))
     return bytes(buf)
+
+
+def move_views(io: Callable[[list[memoryview]], int], views: list[memoryview]) -> None:
+    """Move every byte of ``views`` with ``io``, a scatter/gather call (``sock.sendmsg`` or
+    the byte count of ``sock.recvmsg_into``: given buffers, it returns the bytes moved),
+    called again from wherever a partial call stopped: many small ranges in few calls.
+
+    Raises:
+        ConnectionResetError: ``io`` moved nothing (the peer closed the connection).
+    """
+    views = [v for v in views if len(v)]
+    i = 0
+    while i < len(views):
+        moved = io(views[i:i + _IOV])
+        if moved <= 0:
+            raise ConnectionResetError("data connection closed in the middle of a transfer")
+        while moved:
+            n = len(views[i])
+            if moved < n:
+                views[i] = views[i][moved:]
+                break
+            moved -= n
+            i += 1

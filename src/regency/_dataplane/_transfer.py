@@ -42,7 +42,7 @@ from .._runtime._completion import Completion
 from . import _cuda, _vm
 from . import _proto as p
 from ._choice import TransportChoice, choose
-from ._client import Pool, transfer
+from ._client import Pool, read_ranges, transfer
 from ._errors import BufferDroppedError, RDMAError, RDMATcpFallbackWarning
 from ._handle import Descriptor
 from ._identity import peer_info
@@ -211,7 +211,7 @@ def read_pieces(desc: Descriptor, local: Region, ranges: Ranges, *, timeout: flo
 
     Where the owner is this process or on this host, the ranges go in a few system calls
     (``process_vm_readv`` takes up to 1,022 ranges and the validity slot twice); over a
-    socket, one request each. Raises what a transfer's Completion would fail with.
+    socket, as many in one request (``READV``). Raises what a transfer's Completion would fail with.
     """
     if local.on_device or desc.on_device:
         raise ValueError("read_pieces: host memory only")
@@ -447,9 +447,7 @@ class _Job:
         if self.ranges is not None:
             view = self.local.view()
             for batch in self.ranges.batches:
-                for r, at, n in batch:
-                    transfer(pool, address, secret, desc, op, view[at:at + n],
-                             desc.offset + r, deadline)
+                read_ranges(pool, address, secret, desc, view, batch, deadline)
             return
         view = self.local.view()[: self.nbytes]
 
