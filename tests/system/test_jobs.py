@@ -50,7 +50,8 @@ hosts = job.host_mesh()
 procs = hosts.spawn_procs(per_host={{"gpus": 2}})
 found = procs.spawn("where", Where).where.call().get(timeout=60)
 out = {{"status": job.status, "workers": job.workers, "extent": dict(procs.extent),
-        "procs": [v for _, v in found.items()], "took": time.monotonic() - t0}}
+        "procs": [v for _, v in found.items()], "took": time.monotonic() - t0,
+        "labels": [h.labels for h in hosts.topology()]}}
 if "kill" in sys.argv:
     job.kill()
     out["killed"] = True
@@ -335,9 +336,11 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
 
 def test_ssh_job_starts_reattaches_and_kills(sshd: list[str], jobs_dir: Path) -> None:
     args = (f"hosts=['root@127.0.0.1', '127.0.0.1'], name='ssh1', python={sys.executable!r}, "
-            f"port=0, bind='127.0.0.1', ssh_args={sshd!r}")
+            f"port=0, bind='127.0.0.1', ssh_args={sshd!r}, "
+            "labels=[{'rack': 'r1'}, {'rack': 'r2', 'zone': 'a b'}]")
     first = run_controller(jobs_dir, "SSHJob", args)
     assert first["status"] == "launched" and first["extent"] == {"hosts": 2, "gpus": 2}
+    assert first["labels"] == [{"rack": "r1"}, {"rack": "r2", "zone": "a b"}]
     state = json.loads((jobs_dir / "cache" / "ssh1.json").read_text())
     remote = [w["pid"] for w in state["workers"]]
     assert all(alive(p) for p in remote)

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -154,3 +156,28 @@ def test_telemetry_retention_is_the_store_retention_policy() -> None:
     assert values["observe_retention_secs"] == 5.0
     with config.configured(**values):
         assert Retention.from_config().max_age_s == 5.0
+
+
+def test_ssh_job_passes_each_hosts_labels_to_its_worker() -> None:
+    from regency.job import SSHJob
+
+    job = SSHJob(["a", "b"], labels=[{"rack": "r1"}, {"rack": "r 2", "zone": "z"}])
+    assert job.remote_command(0).endswith("--advertise a --label rack=r1")
+    assert job.remote_command(1).endswith("--label 'rack=r 2' --label zone=z")
+    assert "--label" not in SSHJob(["a"]).remote_command(0)
+    assert job._spec()["labels"] == [{"rack": "r1"}, {"rack": "r 2", "zone": "z"}]
+
+
+@pytest.mark.parametrize(("labels", "words"), [
+    ([{"rack": "r1"}], "one mapping per host (2)"),
+    ({"rack": "r1"}, "one mapping per host"),
+    ([{"a=b": "c"}, {}], "labels of host 'a': 'a=b'"),
+    ([{}, {"x": "a,b"}], "labels of host 'b'"),
+    ([{"hosts": "h"}, {}], "own dimension"),
+    ([{"x": ""}, {}], "not key=value"),
+])
+def test_ssh_job_labels_are_checked(labels: Any, words: str) -> None:
+    from regency.job import SSHJob
+
+    with pytest.raises(ValueError, match=re.escape(words)):
+        SSHJob(["a", "b"], labels=labels)

@@ -7,7 +7,7 @@ there), prints its pid, and execs the worker::
 
     IFS= read -r REGENCY_SECRET; export REGENCY_SECRET PYTHONUNBUFFERED=1
     echo "regency-ssh-pid $$"
-    exec PYTHON -m regency worker --listen tcp://BIND:PORT --advertise HOST
+    exec PYTHON -m regency worker --listen tcp://BIND:PORT --advertise HOST [--label K=V ...]
 
 The worker's address is ``tcp://HOST:PORT`` with HOST as given (without ``user@``) and PORT
 as the worker printed it (so ``port=0`` works: each worker picks a free port). Killing the
@@ -28,6 +28,7 @@ from typing import Any
 
 import psutil
 
+from .._runtime._topology import parse_labels
 from ._base import Job, JobError
 
 __all__ = ["SSHJob"]
@@ -59,6 +60,12 @@ class SSHJob(Job):
         env: extra environment variables for the workers.
         workdir: a folder to ``cd`` into on the remote hosts before starting.
         start_timeout: seconds to wait for every worker to listen.
+        labels: each host's labels (``{"rack": "r1"}``), one mapping per host, for
+            ``HostMesh.topology()`` and ``group_by`` (the worker's ``--label`` options).
+
+    Raises:
+        ValueError: no hosts, or ``advertise`` or ``labels`` not one per host, or a label
+            that is not a name and a value (the host and label are named).
     """
 
     kind = "ssh"
@@ -69,7 +76,8 @@ class SSHJob(Job):
                  ssh_args: Sequence[str] = (), env: Mapping[str, str] | None = None,
                  workdir: str | None = None, start_timeout: float = 60.0,
                  mesh_name: str = "hosts",
-                 cache_dir: str | os.PathLike[str] | None = None) -> None:
+                 cache_dir: str | os.PathLike[str] | None = None,
+                 labels: Sequence[Mapping[str, str]] | None = None) -> None:
         if isinstance(hosts, str) or not hosts:
             raise ValueError("hosts must be a non-empty list of ssh destinations")
         super().__init__(name=name, mesh_name=mesh_name, cache_dir=cache_dir)
@@ -84,11 +92,12 @@ class SSHJob(Job):
         self.env = dict(env or {})
         self.workdir = workdir
         self.start_timeout = start_timeout
+        self.labels = _checked_labels(self.hosts, labels)
 
     def _spec(self) -> dict[str, Any]:
         return {"hosts": self.hosts, "python": self.python, "port": self.port, "bind": self.bind,
                 "advertise": self.advertise, "ssh": self.ssh_argv, "env": self.env,
-                "workdir": self.workdir}
+                "workdir": self.workdir, "labels": self.labels}
 
     def remote_command(self, i: int) -> str:
         """The shell command run on host ``i`` (the secret arrives on its standard input)."""
@@ -98,8 +107,10 @@ class SSHJob(Job):
         if self.workdir:
             parts.append(f"cd {q(self.workdir)}")
         parts.append('echo "regency-ssh-pid $$"')
+        label_args = "".join(f" --label {q(f'{k}={v}')}" for k, v in self.labels[i].items())
         parts.append(f"exec {q(self.python)} -m regency worker --listen "
-                     f"{q(f'tcp://{self.bind}:{self.port}')} --advertise {q(self.advertise[i])}")
+                     f"{q(f'tcp://{self.bind}:{self.port}')} --advertise {q(self.advertise[i])}"
+                     + label_args)
         return " && ".join(parts)
 
     def _launch(self, env: dict[str, str], secret: str) -> dict[str, Any]:
@@ -185,6 +196,32 @@ def _remote_kill(w: dict[str, Any]) -> None:
         client.kill()
     except (psutil.Error, KeyError, ValueError):
         pass
+
+
+def _checked_labels(hosts: list[str], labels: Sequence[Mapping[str, str]] | None,
+                    ) -> list[dict[str, str]]:
+    """``labels``, one dict per host, each checked as the worker's ``--label`` would be."""
+    if labels is None:
+        return [{} for _ in hosts]
+    if isinstance(labels, Mapping) or len(labels) != len(hosts):
+        raise ValueError(f"labels needs one mapping per host ({len(hosts)}), e.g. "
+                         "[{'rack': 'r1'}, {'rack': 'r2'}]; the same labels on every host "
+                         "go in env={'REGENCY_HOST_LABELS': 'zone=a'}")
+    out = []
+    for host, given in zip(hosts, labels, strict=True):
+        checked: dict[str, str] = {}
+        for key, value in dict(given).items():
+            try:
+                one = parse_labels(f"{key}={value}")
+            except ValueError as exc:
+                raise ValueError(f"labels of host {host!r}: {exc}") from None
+            if one != {key: value}:
+                raise ValueError(f"labels of host {host!r}: {key!r}: {value!r} is not a label "
+                                 "(a key of letters, digits, _ . -; a value without ',' ';' "
+                                 "or spaces around it)")
+            checked[key] = value
+        out.append(checked)
+    return out
 
 
 def _host_part(dest: str) -> str:
