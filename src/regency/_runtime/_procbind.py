@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ._aggregate import ranges
-from ._topology import allowed, numa_nodes, spread
+from ._topology import allowed, node_cpulist, numa_nodes, spread
 
 __all__ = ["KEYS", "MAX_ID", "apply", "check", "parse_list"]
 
@@ -183,12 +183,10 @@ def _usable() -> set[int]:
 
 
 def _node_cpus(node: int) -> set[int]:
-    path = _NODES / f"node{node}" / "cpulist"
-    try:
-        text = path.read_text().strip()
-    except OSError:
-        raise ValueError(f"NUMA node {node} does not exist here ({_nodes_text()})") from None
-    return parse_list(text, f"node{node}") if text else set()
+    cpus = node_cpulist(node, _NODES.parents[2])  # /sys itself, whatever REGENCY_SYSFS_ROOT
+    if cpus is None:
+        raise ValueError(f"NUMA node {node} does not exist here ({_nodes_text()})")
+    return set(cpus)
 
 
 def _nodes_text() -> str:

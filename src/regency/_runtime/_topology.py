@@ -90,6 +90,16 @@ def _int_list(text: str) -> list[int]:
     return out
 
 
+def node_cpulist(node: int, root: Path | None = None) -> list[int] | None:
+    """The CPUs of NUMA node ``node`` as ``/sys`` lists them (usable or not); None where
+    there is no such node (or its list is unreadable)."""
+    path = (root or sys_root()) / "devices" / "system" / "node" / f"node{node}" / "cpulist"
+    try:
+        return _int_list(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def numa_nodes(usable: set[int], root: Path | None = None) -> dict[int, list[int]]:
     """Each NUMA node's CPUs that this process may use (nodes without any left out); one
     node 0 of every usable CPU where ``/sys`` says nothing of nodes."""
@@ -103,10 +113,7 @@ def numa_nodes(usable: set[int], root: Path | None = None) -> dict[int, list[int
         name = entry.name
         if not (name.startswith("node") and name[4:].isdigit()):
             continue
-        try:
-            cpus = [c for c in _int_list((entry / "cpulist").read_text()) if c in usable]
-        except (OSError, ValueError):
-            continue
+        cpus = [c for c in node_cpulist(int(name[4:]), root) or [] if c in usable]
         if cpus:
             nodes[int(name[4:])] = cpus
     listed = {c for cpus in nodes.values() for c in cpus}
