@@ -351,12 +351,17 @@ def test_two_actors_of_one_proc_printing_at_once_keep_their_lines_whole(
 
 
 LAST_WORDS = """
+import os
 import sys
+import tempfile
+import time
 from regency.actor import Actor, attach_to_workers, endpoint, this_host
 
 class Quitter(Actor):
     @endpoint
-    def quit(self, words: str, fill: int = 0) -> None:
+    def quit(self, words: str, fill: int = 0, started: str = "") -> None:
+        if started:  # the script may end now: this call runs, its failure comes
+            open(started, "w").close()
         for i in range(fill):
             print(f"fill {i}")
         print(words)
@@ -374,13 +379,20 @@ ends = sys.argv[1] == "ends"
 hosts = attach_to_workers([sys.argv[2]]) if sys.argv[2:] else this_host()
 procs = hosts.spawn_procs(per_host={"gpus": 1})
 quitter = procs.spawn("quitter", Quitter)
+started = ""
 if ends:  # the script ends with the call: its failure comes while the controller stops
     quitter.ok.call_one().get(timeout=60)
+    started = tempfile.mktemp(prefix="regency-quit-")
 # no reply: only the failure, just after its lines
-quitter.quit.broadcast("last words", 300)
+quitter.quit.broadcast("last words", 300, started)
+if ends:  # not before the call runs (a stop drops calls not yet begun)
+    waited = time.monotonic()
+    while not os.path.exists(started) and time.monotonic() - waited < 60:
+        time.sleep(0.01)
+    if os.path.exists(started):
+        os.unlink(started)
 if not ends:  # another actor of the proc prints meanwhile; fail fast ends the wait
     procs.spawn("other", Quitter).say.broadcast("other words")
-    import time
     time.sleep(60)
 """
 
