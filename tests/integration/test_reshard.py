@@ -65,13 +65,15 @@ def test_torch_tensors_on_both_sides(meshes, readers) -> None:
 
 
 @pytest.mark.parametrize("transport", ["unix", "tcp"])
-def test_over_a_data_connection(meshes, readers, transport) -> None:
-    """Range by range over sockets, and slabs: the same bytes."""
-    owners = meshes[0].spawn(f"rows-{transport}", Owner, (64, 512), {"gpus": 0}, 5)
+@pytest.mark.parametrize("shape", [(64, 512), (64, 4096)])
+def test_over_a_data_connection(meshes, readers, transport, shape) -> None:
+    """Over sockets: slabs (short rows), and many ranges in one request (long rows): the
+    same bytes."""
+    owners = meshes[0].spawn(f"rows-{transport}-{shape[1]}", Owner, shape, {"gpus": 0}, 5)
     shards = owners.publish.call().get(timeout=T)
     for splits in ({"gpus": 1}, {"gpus": 0}):
-        check(readers.pull.call(shards, (64, 512), splits, transport=transport).get(
-            timeout=T), splits, shape=(64, 512), seed=5)
+        check(readers.pull.call(shards, shape, splits, transport=transport).get(
+            timeout=T), splits, shape=shape, seed=5)
     owners.drop.call().get(timeout=T)
 
 

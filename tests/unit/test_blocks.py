@@ -161,3 +161,21 @@ def test_intersections_and_relative_indexes() -> None:
     assert a.intersect(Block((4, 0), (1, 4))) is None
     assert Block((2, 3), (2, 1)).relative_to(b) == (slice(0, 2), slice(0, 1))
     assert Block((1, 1), (2, 2)).within((3, 3)) and not Block((1, 1), (2, 3)).within((3, 3))
+
+
+def test_over_sockets_half_rows_go_in_place_short_ones_are_staged() -> None:
+    """With a request of many ranges (READV), a socket range costs little: the weight
+    sync's half rows of 8 KiB go straight into place, not as whole rows; half rows of 1 KiB
+    are still staged."""
+    from regency._dataplane._reshard_plan import _RANGE_COST
+
+    rows = Block.whole((4096, 4096)).split(0, 0, 4)  # a trainer's rows
+    half = Block.whole((4096, 4096)).split(1, 0, 2)  # a generator's columns
+    overlap = rows.intersect(half)
+    for transport in ("tcp", "unix"):
+        assert read_box(overlap, rows, half, 4, _RANGE_COST[transport])[1] is False
+    short_rows = Block.whole((64, 512)).split(0, 0, 2)
+    short_half = Block.whole((64, 512)).split(1, 0, 2)
+    short = short_rows.intersect(short_half)  # 32 ranges of 1 KiB: a slab wastes 1 KiB each
+    for transport in ("tcp", "unix"):
+        assert read_box(short, short_rows, short_half, 4, _RANGE_COST[transport])[1] is True

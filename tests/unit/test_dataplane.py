@@ -334,6 +334,17 @@ def test_many_ranges_errors(server) -> None:
     pool.close_all()
 
 
+def test_many_ranges_checked_before_sending(server) -> None:
+    desc = _desc(server, bytearray(100))
+    pool, deadline = Pool(), time.monotonic() + 10
+    out = memoryview(bytearray(10))
+    with pytest.raises(ValueError, match="does not fit"):
+        read_ranges(pool, server.tcp, SECRET, desc, out, [(0, 5, 6)], deadline)
+    with pytest.raises(ValueError, match="0 ranges"):
+        read_ranges(pool, server.tcp, SECRET, desc, out, [], deadline)
+    assert not pool._idle  # nothing was sent
+
+
 @pytest.mark.parametrize("count", [0, _proto.MAX_RANGES + 1])
 def test_a_bad_range_count_ends_the_connection(server, count) -> None:
     desc = _desc(server, bytearray(100))
@@ -368,6 +379,26 @@ def test_move_views_resumes_partial_calls(sizes: list[int], steps: list[int]) ->
 
     move_views(io, views)
     assert b"".join(bytes(v) for v in views) == src[:sum(sizes)]
+
+
+def test_move_views_counts_bytes_of_any_format() -> None:
+    src = bytes(range(24))
+    floats = memoryview(bytearray(16)).cast("f")  # 4 items, 16 bytes
+    got = [0]
+
+    def io(buffers: list[memoryview]) -> int:
+        n = min(5, sum(b.nbytes for b in buffers))  # a few bytes a call
+        moved = 0
+        for b in buffers:
+            take = min(b.nbytes, n - moved)
+            b[:take] = src[got[0]:got[0] + take]
+            got[0] += take
+            moved += take
+        return moved
+
+    tail = memoryview(bytearray(8))
+    move_views(io, [floats, tail])
+    assert bytes(floats.cast("B")) + bytes(tail) == src
 
 
 def test_move_views_sees_a_closed_peer() -> None:

@@ -105,10 +105,18 @@ def transfer(pool: Pool, address: str, secret: bytes, desc: Descriptor, op: int,
 def read_ranges(pool: Pool, address: str, secret: bytes, desc: Descriptor, view: memoryview,
                 pieces: list[tuple[int, int, int]], deadline: float) -> None:
     """Read many ranges of the remote buffer in one round trip (a READV request): each piece
-    (offset in the buffer, offset in ``view``, length), at most ``MAX_RANGES`` of them.
+    (offset in the buffer, offset in ``view``, a byte view, and length), 1 to
+    ``MAX_RANGES`` of them.
 
-    Raises: as :func:`transfer`.
+    Raises: as :func:`transfer`; ValueError (nothing sent) where a piece does not fit
+    ``view`` or the count is out of bounds.
     """
+    if not 0 < len(pieces) <= p.MAX_RANGES:
+        raise ValueError(f"read_ranges: {len(pieces)} ranges (1 to {p.MAX_RANGES} a request)")
+    if any(at < 0 or n < 0 or at + n > view.nbytes for _, at, n in pieces):
+        raise ValueError(f"read_ranges: a piece does not fit the {view.nbytes} bytes of view")
+    total = sum(n for _, _, n in pieces)
+
     def then(sock: socket.socket) -> None:
         def recv(buffers: list[memoryview]) -> int:
             sock.settimeout(_remaining(deadline))
@@ -118,23 +126,27 @@ def read_ranges(pool: Pool, address: str, secret: bytes, desc: Descriptor, view:
 
     entries = b"".join(p.RANGE.pack(desc.offset + r, n) for r, _, n in pieces)
     request = p.REQUEST.pack(p.MAGIC, p.READV, desc.reg_id, desc.key, 0, len(pieces))
-    _exchange(pool, address, secret, request + entries, then, deadline)
+    _exchange(pool, address, secret, request + entries, then, deadline, expect=total)
 
 
 def _exchange(pool: Pool, address: str, secret: bytes, request: bytes,
-              then: Callable[[socket.socket], None], deadline: float) -> None:
-    """Send ``request`` on a pooled connection, read the reply, run ``then``; the connection
-    goes back to the pool if it ended in a clean state (an error reply included)."""
+              then: Callable[[socket.socket], None], deadline: float,
+              expect: int | None = None) -> None:
+    """Send ``request`` on a pooled connection, read the reply (whose value must be
+    ``expect``, where given: the bytes that follow), run ``then``; the connection goes back
+    to the pool if it ended in a clean state (an error reply included)."""
     sock = pool.take(address, secret, _remaining(deadline))
     reusable = False
     try:
         sock.settimeout(_remaining(deadline))
         sock.sendall(request)
         try:
-            _reply(sock, deadline)
+            value = _reply(sock, deadline)
         except RDMAError:
             reusable = True  # an error reply leaves the connection in a clean state
             raise
+        if expect is not None and value != expect:
+            raise RDMAError(f"the owner announced {value} bytes, not the {expect} asked for")
         then(sock)
         reusable = True
     except TimeoutError:

@@ -167,8 +167,9 @@ class DataServer:
     @staticmethod
     def _serve_ranges(conn: socket.socket, view: memoryview,
                       ranges: list[tuple[int, int]]) -> None:
-        _reply(conn, p.OK, value=sum(n for _, n in ranges))
-        move_views(conn.sendmsg, [view[offset:offset + n] for offset, n in ranges])
+        head = _reply_bytes(p.OK, value=sum(n for _, n in ranges))  # in the same sendmsg
+        move_views(conn.sendmsg, [memoryview(head),
+                                  *(view[offset:offset + n] for offset, n in ranges)])
 
     @staticmethod
     def _serve_host(conn: socket.socket, op: int, view: memoryview, offset: int,
@@ -234,5 +235,9 @@ def _check(op: int, region: Region, reg_id: int, ranges: list[tuple[int, int]]) 
 
 
 def _reply(conn: socket.socket, status: int, text: str = "", value: int = 0) -> None:
+    conn.sendall(_reply_bytes(status, text, value))
+
+
+def _reply_bytes(status: int, text: str = "", value: int = 0) -> bytes:
     data = text.encode()[: p.MAX_TEXT]
-    conn.sendall(p.REPLY.pack(status, len(data), value) + data)
+    return p.REPLY.pack(status, len(data), value) + data

@@ -125,7 +125,7 @@ def move_views(io: Callable[[list[memoryview]], int], views: list[memoryview]) -
     Raises:
         ConnectionResetError: ``io`` moved nothing (the peer closed the connection).
     """
-    views = [v for v in views if len(v)]
+    views = [v if v.format == "B" else v.cast("B") for v in views if v.nbytes]
     i = 0
     while i < len(views):
         moved = io(views[i:i + _IOV])
