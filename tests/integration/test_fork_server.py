@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import psutil
 from _pids import still_alive
@@ -23,8 +25,20 @@ def test_procs_are_children_of_the_fork_server() -> None:
         zygote = psutil.Process(parents.pop())
         assert zygote.ppid() == os.getpid()  # the zygote is our child
         assert "regency._runtime._zygote" in " ".join(zygote.cmdline())
+        assert os.getpgid(zygote.pid) == zygote.pid != os.getpgid(0)  # Ctrl-C is not its
     finally:
         procs.stop().get(timeout=T)
+
+
+def test_the_fork_server_is_in_a_group_of_its_own_from_its_first_instruction() -> None:
+    """A terminal's Ctrl-C while it starts (Python, then regency's imports) must not reach
+    it: it killed it mid-import, and the controller reported a lost fork server."""
+    from regency._runtime._host_agent import _own_process_group
+
+    first = "import os, sys; sys.stdout.write(str(os.getpgid(0) == os.getpid()))"
+    out = subprocess.run([sys.executable, "-S", "-c", first], capture_output=True, text=True,
+                         timeout=T, check=True, **_own_process_group())
+    assert out.stdout == "True"
 
 
 def test_spawning_eight_procs_works() -> None:

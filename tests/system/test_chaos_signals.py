@@ -115,8 +115,12 @@ def test_sigterm_of_a_proc_runs_its_cleanup_and_supervision_names_it(
           f"{out['detect_s'] * 1000:.0f} ms after the signal; the call: {out['outcome'][:80]}")
 
 
+@pytest.mark.parametrize(("sig", "code", "said"), [
+    (signal.SIGTERM, 0, "received SIGTERM"), (signal.SIGINT, 130, "received Ctrl-C (SIGINT)")])
 def test_sigterm_of_a_worker_stops_its_procs_and_leaves_nothing(
-        tmp_path: Path, scripts: list[Script], workers: list[Worker]) -> None:
+        tmp_path: Path, scripts: list[Script], workers: list[Worker], sig: int, code: int,
+        said: str) -> None:
+    """SIGTERM, or Ctrl-C in the worker's terminal: the same orderly stop."""
     w = Worker()
     workers.append(w)
     s = Script(WORKER_TERM, str(tmp_path), w.address)
@@ -124,16 +128,17 @@ def test_sigterm_of_a_worker_stops_its_procs_and_leaves_nothing(
     ready = s.next()
     tree = _tree(w.proc.pid)
     sent = time.time()
-    os.kill(w.proc.pid, signal.SIGTERM)
-    assert w.proc.wait(60) == 0
+    os.kill(w.proc.pid, sig)
+    assert w.proc.wait(60) == code
     stopped_s = time.time() - sent
     _none_left(tree)
     assert _cleanups(tmp_path) == set(ready["pids"])
-    assert w.count("received SIGTERM") == 1
+    assert w.count(said) == 1 and w.count("Traceback") == 0
     failed = s.next()
-    assert "SIGTERM" in failed["report"], failed
+    assert signal.Signals(sig).name in failed["report"], failed
     s.finish()
-    print(f"\nworker SIGTERM: exit 0 in {stopped_s * 1000:.0f} ms, {len(ready['pids'])} "
+    print(f"\nworker {signal.Signals(sig).name}: exit {code} in {stopped_s * 1000:.0f} ms, "
+          f"{len(ready['pids'])} "
           f"__cleanup__ ran, {len(tree)} processes, none left; controller told "
           f"{(failed['at'] - sent) * 1000:.0f} ms after the signal")
 

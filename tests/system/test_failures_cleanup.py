@@ -145,6 +145,30 @@ def test_ctrl_c_while_an_actor_is_busy_is_still_one_short_message(tmp_path,
     _assert_one_short_message(c, code)
 
 
+def test_ctrl_c_again_while_the_meshes_stop_exits_at_once_without_a_traceback(
+        tmp_path, controllers) -> None:
+    """The first Ctrl-C stops the meshes (a busy actor gets 3 s); a second one in that time
+    exits at once: one more short line, no traceback of regency's exit hook."""
+    c = Controller(tmp_path, "MODE = 'busy'\n" + CTRL_C)
+    controllers.append(c)
+    c.wait_line("READY")
+    family = descendants(c.pid)
+    c.send(signal.SIGINT)
+    deadline = time.monotonic() + 15
+    while not any("interrupted" in ln for ln in c.stderr) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        c.send(signal.SIGINT)
+    except ProcessLookupError:
+        pass  # it was quicker (nothing to check of the second Ctrl-C then)
+    code = c.wait(timeout=15)
+    left, _ = wait_gone(family, ORPHANS_GONE_S)
+    assert not left, f"left running after Ctrl-C twice: {left}\n{c.text()}"
+    assert code in (130, -signal.SIGINT), f"exit status {code}\n{c.text()}"
+    err = [ln for ln in c.stderr if ln.strip()]
+    assert not any("Traceback" in ln for ln in err) and len(err) <= 2, c.text()
+
+
 # -- __cleanup__(exc) ---------------------------------------------------------------------------
 @pytest.fixture
 def procs2():

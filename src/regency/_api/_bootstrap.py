@@ -175,6 +175,7 @@ async def _cancel_tasks() -> None:
 
 def _at_exit() -> None:
     _terminate.exiting()
+    _failfast.exit_hook_started()
     rt = _current.get()
     if rt is not None and rt.role == "controller":
         # after a fail-fast, healthy but busy actors are not waited for

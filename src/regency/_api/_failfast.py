@@ -22,6 +22,8 @@ from .._runtime._borrow import defer_interrupts
 
 _exit_code: int | None = None
 _installed = False
+_exit_hook = False  # regency's exit hook is stopping the meshes: the script has ended
+INTERRUPTED = 130  # 128 + SIGINT
 _reporting = False  # the main thread is printing an uncaught exception: do not interrupt it
 _REDELIVER_S = 0.2
 #: Set by the handler once it has seen a pending fail-fast: the SIGINT was delivered.
@@ -49,6 +51,12 @@ def install_handler() -> None:
         if defer_interrupts.depth:
             defer_interrupts.pending = sig  # raised again when the section ends
             return None
+        if _exit_hook and _exit_code is None and not _script_running(frame):
+            # Ctrl-C again while the meshes stop (a fail-fast's own SIGINTs come only with
+            # an exit code): do not wait for them; their procs end with this process
+            _output.interject("regency: interrupted again: exiting now (the procs end with "
+                              "this process)")
+            os._exit(INTERRUPTED)
         if _exit_code is not None:
             _heard.set()
             if _reporting or not _script_running(frame):
@@ -79,6 +87,12 @@ def install_handler() -> None:
     _installed = True
 
 
+
+
+def exit_hook_started() -> None:
+    """regency's exit hook has begun stopping the meshes: a Ctrl-C now exits at once."""
+    global _exit_hook
+    _exit_hook = True
 
 
 def reporting() -> bool:

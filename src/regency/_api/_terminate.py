@@ -10,7 +10,8 @@ Python's default for SIGTERM ends the process at once: no ``finally``, no ``atex
 * **proc**: its actors' ``__cleanup__`` runs, then the proc ends *by* SIGTERM, so its owner's
   supervision names the signal.
 * **worker** (``run_worker_loop_forever``): its procs are stopped (their ``__cleanup__``
-  runs), then it exits 0.
+  runs), then it exits 0; Ctrl-C (SIGINT) does the same and exits 130, and a second Ctrl-C
+  exits at once.
 
 Every path is bounded: ``sigterm_grace`` seconds after the first SIGTERM a timer ends the
 process whatever it is doing (procs left then die with their fork server). A second SIGTERM
@@ -34,6 +35,7 @@ from . import _failfast
 __all__ = ["EXIT_CODE", "install_in_controller", "install_in_proc", "install_in_worker"]
 
 EXIT_CODE = 128 + int(signal.SIGTERM)  # 143: what a shell reports for a SIGTERMed process
+INTERRUPTED = 128 + int(signal.SIGINT)  # 130: for Ctrl-C
 _state = {"received": False, "exiting": False}
 
 
@@ -160,16 +162,23 @@ def _not_in_a_fork(handler: Callable[..., object]) -> None:
 
 
 # -- worker ------------------------------------------------------------------------------------
-def install_in_worker(schedule: Callable[[], object]) -> bool:
-    """On SIGTERM, call ``schedule`` (hands the worker's stop to its loop)."""
+def install_in_worker(schedule: Callable[[int], object]) -> bool:
+    """On SIGTERM, and on Ctrl-C (SIGINT) where Python's own handler is in place, call
+    ``schedule(signal)`` (hands the worker's stop to its loop). A second Ctrl-C exits at
+    once (what the procs left then die with their fork server)."""
     if not _may_install():
         return False
 
     def handler(sig: int, frame: FrameType | None) -> None:
         if not _first():
+            if sig == signal.SIGINT:
+                _output.interject("regency worker: interrupted again: exiting now")
+                os._exit(INTERRUPTED)
             return
         _deadline(_exit_now)
-        schedule()
+        schedule(sig)
 
     signal.signal(signal.SIGTERM, handler)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, handler)
     return True

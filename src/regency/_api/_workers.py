@@ -14,6 +14,7 @@ import asyncio
 import logging
 import os
 import platform
+import signal
 import socket
 import time
 import warnings
@@ -73,7 +74,7 @@ class WorkerService:
         self.agent.forward_to = who
         self.lease = float(msg.lease)
         self.last_heartbeat = time.monotonic()
-        log.info("regency worker: serving controller %s", who)
+        log.info("serving controller %s", who)
         self.rt.send_reply(msg.port, None, m.OK,
                            {"host": self.rt.hostname, "pid": os.getpid(), **runs_on()})
 
@@ -106,7 +107,7 @@ class WorkerService:
         spared = self.kept.spared()
         doomed = set(self.agent.procs) - spared
         kept = f", keeping {len(spared)} detached" if spared else ""
-        log.warning("regency worker: %s; killing %d proc(s)%s, ready for the next", why,
+        log.warning("%s; killing %d proc(s)%s, ready for the next", why,
                     len(doomed), kept)
         self.agent.kill(doomed)
         self.controller = None
@@ -116,20 +117,23 @@ class WorkerService:
             # the next controller (not while detached procs, its children, still run)
             self.agent.track(self.agent.renew_zygote(SIGKILL_REAP_S), "renew the fork server")
 
-    def terminate(self) -> None:
-        """SIGTERM: stop every proc here (their ``__cleanup__`` runs), then exit (loop)."""
+    def terminate(self, sig: int = signal.SIGTERM) -> None:
+        """SIGTERM or Ctrl-C: stop every proc here (their ``__cleanup__`` runs), then exit
+        (loop): 0 after SIGTERM, 130 after Ctrl-C."""
         if self.done.done():
             return  # already exiting (its controller shut it down)
+        name = "Ctrl-C (SIGINT)" if sig == signal.SIGINT else signal.Signals(sig).name
         n = len(self.agent.procs)
-        log.warning("regency worker: received SIGTERM; stopping %d proc(s) (their "
-                    "__cleanup__ runs), then exiting", n)
-        self.agent.track(self._terminate(), "stop on SIGTERM")
+        log.warning("received %s; stopping %d proc(s) (their __cleanup__ runs), then "
+                    "exiting", name, n)
+        code = _terminate.INTERRUPTED if sig == signal.SIGINT else 0
+        self.agent.track(self._terminate(name, code), f"stop on {name}")
 
-    async def _terminate(self) -> None:
-        why = f"stopped because its worker {self.rt.address} received SIGTERM"
+    async def _terminate(self, name: str, code: int) -> None:
+        why = f"stopped because its worker {self.rt.address} received {name}"
         await self.agent.stop_all(why, float(config.get("cleanup_timeout")) + 2.0)
         if not self.done.done():
-            self.done.set_result(0)
+            self.done.set_result(code)
 
     async def watch_lease(self) -> None:
         """Detach when the controller stops renewing its lease."""
@@ -171,7 +175,8 @@ def run_worker_loop_forever(address: str = "tcp://0.0.0.0:26600",
     rt.agent = agent
     _dispatch.install(rt)
     service = WorkerService(rt, agent)
-    _terminate.install_in_worker(lambda: rt.loop.call_soon_threadsafe(service.terminate))
+    _terminate.install_in_worker(
+        lambda sig: rt.loop.call_soon_threadsafe(service.terminate, sig))
     listen = str(Address("tcp", addr.host, addr.port))
     rt.loop.run_until_complete(rt.start(listen))
     rt.host_agent = rt.address

@@ -214,6 +214,15 @@ def oom_kills(rec: ProcRecord | None = None) -> int:
     return 0
 
 
+
+def _own_process_group() -> dict[str, Any]:
+    """``Popen`` arguments that start the fork server in a process group of its own from
+    its first instruction: a terminal's Ctrl-C in its first moments (Python starting,
+    regency importing) must reach the controller only, not kill it mid-import."""
+    if sys.version_info >= (3, 11):
+        return {"process_group": 0}
+    return {"start_new_session": True}  # 3.10: a session of its own (a group leader too)
+
 class HostAgent:
     """Spawns and supervises the procs of one machine on behalf of their owners."""
 
@@ -257,6 +266,7 @@ class HostAgent:
             pass_fds=[theirs.fileno()],
             stdin=subprocess.DEVNULL,
             env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+            **_own_process_group(),
         )
         theirs.close()
         ours.setblocking(False)

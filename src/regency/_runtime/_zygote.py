@@ -214,7 +214,8 @@ def main() -> None:
     signal.signal(signal.SIGHUP, lambda *_: _exit_all())
     set_parent_death_signal(signal.SIGHUP)
     become_subreaper()  # a proc's orphaned descendants come to it, not to init
-    os.setpgid(0, 0)  # the terminal's Ctrl-C goes to the controller only
+    if os.getpgid(0) != os.getpid():  # the host agent started it in a group of its own
+        os.setpgid(0, 0)  # the terminal's Ctrl-C goes to the controller only
     # SLURM signals every process of a job: the fork server ends with its host agent (the
     # socket closes, or the parent-death signal), never before it, or its procs would be
     # SIGKILLed (parent-death signal) before their __cleanup__ could run.
