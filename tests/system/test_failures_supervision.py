@@ -237,6 +237,39 @@ def test_a_nested_failure_fails_fast_at_the_controller(tmp_path) -> None:
         kill_tagged(run.tag)
 
 
+def test_a_report_read_in_a_proc_names_the_controllers_script(tmp_path) -> None:
+    """Code carried by value from the script is ``<dynamic-code>`` in a proc, whose own
+    ``__main__`` is the fork server: the report named the fork server's file."""
+    run = run_failing(tmp_path, """
+        class Manager(Actor):
+            @endpoint
+            def start(self):
+                self.procs = this_host().spawn_procs(per_host={"w": 1}, name="wprocs")
+                self.workers = self.procs.spawn("workers", Victim)
+                self.workers.ping.call("warm").get(timeout=20)
+                self.workers.boom.broadcast("nested failure")
+
+            def __supervise__(self, failure):
+                with open("report.tmp", "w") as f:
+                    f.write(failure.report())
+                os.rename("report.tmp", "report.txt")
+                return True
+
+        procs = this_host().spawn_procs(per_host={"m": 1}, name="owner")
+        procs.spawn("manager", Manager).start.call_one().get(timeout=20)
+        waited = time.monotonic()
+        while not os.path.exists("report.txt") and time.monotonic() - waited < 30:
+            time.sleep(0.01)
+        print(open("report.txt").read())
+        """, timeout=60)
+    try:
+        assert run.returncode == 0 and "ValueError: nested failure" in run.stdout, describe(run)
+        assert f'File "{tmp_path / "controller.py"}", line' in run.stdout, describe(run)
+        assert "_zygote.py" not in run.stdout and "<dynamic-code>" not in run.stdout
+    finally:
+        kill_tagged(run.tag)
+
+
 def test_init_failure_goes_to_the_owner(host_procs, unhandled_failures) -> None:
     """An exception in ``__init__`` of an owned actor is a failure for its owner."""
     procs = this_host().spawn_procs(per_host={"gpus": 2}, name="initfail")

@@ -31,6 +31,7 @@ from .._runtime._descendants import GRACE_S, mark_forks
 from .._runtime._host_agent import AGENT_LOST_EXIT
 from .._runtime._loop_spin import LoopSpin
 from .._runtime._runtime import Runtime
+from .._runtime._script import set_script
 from .._wire._messages import ProcReady, StopProc
 from . import _dispatch, _terminate
 from ._bootstrap import root_context_of
@@ -85,6 +86,7 @@ def run_proc(spec: dict[str, Any]) -> int:
     faulthandler.enable()  # a crash prints the Python stack to stderr, into the failure report
     warnings_on_stderr()  # regency's warnings here reach the controller's terminal
     config.configure(**spec.get("config", {}))
+    set_script(spec.get("script", ""))  # the controller's: code carried by value is from it
     if "order_output" in spec:  # the controller's, even from its environment: it decides
         config.configure(order_output=spec["order_output"])
     rt = Runtime(secret=spec["secret"], job=spec["job"], role="proc")

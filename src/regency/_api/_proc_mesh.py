@@ -26,6 +26,7 @@ from .._runtime._aggregate import Options, set_options
 from .._runtime._completion import Completion
 from .._runtime._pickling import describe_unpicklable, dumps, dumps_inband
 from .._runtime._runtime import Runtime
+from .._runtime._script import script
 from .._wire import _messages as m
 from .._wire import system_header
 from ..errors import SupervisionError
@@ -585,7 +586,8 @@ class HostMesh(MeshTrait):
                 "bootstrap": _pickled(bootstrap), "config": config.get_runtime_config(),
                 "order_output": bool(config.get("order_output")),  # set by env here, too
                 "kill_descendants": bool(config.get("kill_proc_descendants")),
-                "root_addresses": sorted(_root_addresses(rt))}  # where output marks end
+                "root_addresses": sorted(_root_addresses(rt)),  # where output marks end
+                "script": script() or ""}  # where <dynamic-code> comes from
         record.spec = spec
         supervisor(rt).mesh_spawned(uid, _owner_uid(), "proc", name, shape, tuple(addrs))
         if rt.role == "controller" and _owner_uid() is None:  # procs up / total on a TTY

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import linecache
 import re
-import sys
 from typing import Any
 
 from .._runtime._pickling import loads
+from .._runtime._script import script
 from .._wire import _messages as m
 from ..errors import ActorError, SupervisionError
 
@@ -17,11 +17,10 @@ _DYNAMIC = re.compile(r'^(\s*)File "<dynamic-code>", line (\d+), in (\S+)$')
 def with_sources(tb: str) -> str:
     """Name the script for frames of classes pickled by value from ``__main__``.
 
-    cloudpickle drops their file names (``<dynamic-code>``); the caller's ``__main__`` is
+    cloudpickle drops their file names (``<dynamic-code>``); the controller's script is
     where they came from, so its path and source line are put back when they match.
     """
-    main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None)
+    path = script()
     if "<dynamic-code>" not in tb or not path:
         return tb
     out: list[str] = []

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import linecache
 import re
-import sys
 import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._runtime._aggregate import ranges
+from .._runtime._script import script
 from .._wire._messages import OK
 from ._agents import ProcRef, ask_agents
 from ._dumps import dump_pids, forget
@@ -92,7 +92,7 @@ def _with_source(frame: str) -> str:
         return frame
     name, number = found.group(1), int(found.group(2))
     if name == "<dynamic-code>":
-        name = getattr(sys.modules.get("__main__"), "__file__", None) or name
+        name = script() or name
         frame = f'File "{name}", line {number} in {found.group(3)}'
     source = linecache.getline(name, number).strip()
     return f"{frame}\n      {source}" if source else frame
