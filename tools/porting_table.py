@@ -84,7 +84,10 @@ with `configure(key=value)` (or `with configured(...)` for a block); read them w
 environment variable `REGENCY_<KEY>` (the key in upper case; for a Monarch key that is another
 name for a regency key, that key's variable too, the regency name winning); the default.
 Durations are seconds; `"30s"`, `"500ms"`, `"2m"`, `"1h 30m"` are read too. An unknown key
-raises `ConfigKeyError` (a `KeyError` and a `ValueError`) naming the nearest key.
+raises `ConfigKeyError` (a `KeyError` and a `ValueError`) naming the nearest key; a value a
+key cannot take raises `ConfigValueError`. Every `REGENCY_<KEY>` set in the environment is
+read when the controller's runtime starts (its first regency call) and when `regency
+worker` starts, so a bad one stops them there, naming the variable.
 
 Generated from `regency/_config_keys.py` by `tools/porting_table.py`.
 

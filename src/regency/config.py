@@ -163,12 +163,20 @@ _ENV_NAMES: dict[str, tuple[str, ...]] = {
 }
 
 
-def _from_environment(key: str) -> str | None:
+def _from_environment(key: str) -> tuple[str, str] | None:
+    """The environment variable that sets ``key`` and its text, if one does."""
     for name in _ENV_NAMES[key]:
         env = os.environ.get(name)
         if env is not None:
-            return env
+            return name, env
     return None
+
+
+def _from_env_checked(key: str, name: str, text: str) -> Any:
+    try:
+        return _coerce(key, text)
+    except ConfigValueError as exc:
+        raise ConfigValueError(f"environment variable {name}={text!r}: {exc}") from None
 
 
 def get(key: str) -> Any:
@@ -179,7 +187,22 @@ def get(key: str) -> Any:
     if key in _runtime:
         return _runtime[key]
     env = _from_environment(key)
-    return _coerce(key, env) if env is not None else KEYS[key].default
+    return _from_env_checked(key, *env) if env is not None else KEYS[key].default
+
+
+def _check_environment() -> None:
+    """Read every ``REGENCY_<KEY>`` set in the environment now, so that a bad value stops
+    regency before it starts anything, naming the variable (not later, in the middle of a
+    failure's report).
+
+    Raises:
+        ConfigValueError: a variable holds a value its key cannot take.
+    """
+    for key in KEYS:
+        if key not in _runtime:
+            env = _from_environment(key)
+            if env is not None:
+                _from_env_checked(key, *env)
 
 
 def get_global_config() -> dict[str, Any]:

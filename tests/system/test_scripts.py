@@ -251,3 +251,27 @@ def test_proc_output_never_lands_inside_a_line_the_script_is_writing(tmp_path, r
     proc = [ln for ln in lines if ln.endswith("from the proc")]
     assert len(proc) == 1 and proc[0].startswith("[anon "), describe(run)
     assert lines.index(proc[0]) == lines.index("T0 begins and ends") + 1, describe(run)
+
+
+def test_a_bad_environment_value_stops_the_first_call_naming_it(tmp_path, reap):
+    """It went unnoticed until a proc ended, then broke the report of its end (which was
+    lost) with tracebacks at exit, and the program exited 0."""
+    run = run_script(tmp_path, CLEAN_EXIT, env={"REGENCY_TAIL_LOG_LINES": "abc"})
+    reap.append(run.tag)
+    assert run.returncode == 1 and "PIDS" not in run.stdout, describe(run)
+    assert ("ConfigValueError: environment variable REGENCY_TAIL_LOG_LINES='abc'"
+            in run.stderr), describe(run)
+    assert "Exception in callback" not in run.stderr, describe(run)
+
+
+def test_a_bad_environment_value_stops_a_worker_naming_it(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "REGENCY_SECRET": "bad-env", "REGENCY_SPAWN_TIMEOUT": "soon"}
+    run = subprocess.run([sys.executable, "-m", "regency", "worker", "--listen",
+                          "tcp://127.0.0.1:0"], env=env, text=True, capture_output=True,
+                         timeout=60)
+    assert run.returncode == 2, run.stderr
+    assert "environment variable REGENCY_SPAWN_TIMEOUT='soon'" in run.stderr

@@ -15,6 +15,18 @@ def test_defaults_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert config.get("prefix_with_rank") is False
 
 
+def test_a_bad_environment_value_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    config._check_environment()  # nothing set wrong: nothing said
+    monkeypatch.setenv("REGENCY_TAIL_LOG_LINES", "abc")
+    with pytest.raises(config.ConfigValueError,
+                       match=r"environment variable REGENCY_TAIL_LOG_LINES='abc': .*whole"):
+        config._check_environment()
+    with pytest.raises(config.ConfigValueError, match="REGENCY_TAIL_LOG_LINES"):
+        config.get("tail_log_lines")
+    with config.configured(tail_log_lines=5):  # set at run time: the environment is not read
+        config._check_environment()
+
+
 def test_configured_restores() -> None:
     before = config.get("spawn_timeout")
     with config.configured(spawn_timeout="2m") as values:

@@ -48,6 +48,7 @@ __all__ = ["enable_transport", "root_context_of", "runtime", "shutdown_context"]
 
 def _start_controller() -> Runtime:
     """Start this process's controller runtime (called by ``runtime()``, under its lock)."""
+    config._check_environment()  # a bad REGENCY_* stops us here, named, before anything runs
     if config.get("malloc_reuse"):
         reuse_freed_memory()
     job = secrets.token_hex(4)

@@ -57,11 +57,13 @@ def _worker(args: argparse.Namespace) -> int:
     handler.setFormatter(logging.Formatter("%(asctime)s regency worker: %(message)s"))
     logging.getLogger("regency").addHandler(handler)
     logging.getLogger("regency").setLevel(logging.INFO)
+    from .. import config
     from .._runtime._secret import SecretError
     from .._runtime._topology import LABELS_ENV, merge_labels
 
     try:  # what `HostMesh.topology()` and `group_by` read; --label wins over the environment
         os.environ[LABELS_ENV] = merge_labels(os.environ.get(LABELS_ENV, ""), args.label)
+        config._check_environment()  # a bad REGENCY_* value: said now, not mid-failure
     except ValueError as exc:
         print(f"regency worker: {exc}", file=sys.stderr)
         return 2
