@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 
 from _actors import AsyncCounter, Counter
-from regency.actor import context, current_actor_name, current_rank, current_size, this_host
+from regency.actor import (
+    Actor,
+    Channel,
+    context,
+    current_actor_name,
+    current_rank,
+    current_size,
+    endpoint,
+    this_host,
+)
 
 T = 20
 
@@ -95,3 +105,45 @@ def test_creator_of_a_mesh_spawned_by_the_controller_is_root(mesh) -> None:
     who = mesh.slice(gpus=0).whoami.call_one().get(timeout=T)
     assert who["creator"] == "<root>"
     assert who["repr"].startswith("<root>.<")
+
+
+class HookRanks(Actor):
+    """Reports ``current_rank()`` in ``__supervise__`` and ``__cleanup__``."""
+
+    def __init__(self, port: Any) -> None:
+        self.port = port
+        self.kids: Any = None
+
+    @endpoint
+    def rank(self) -> dict[str, int]:
+        return dict(current_rank())
+
+    @endpoint
+    def fail_a_kid(self) -> None:
+        procs = this_host().spawn_procs(per_host={"k": 1}, name="hookkids")
+        self.kids = procs.spawn("kid", HookRanks, self.port)
+        self.kids.boom.broadcast()
+
+    @endpoint
+    def boom(self) -> None:
+        raise ValueError("kid fails")
+
+    def __supervise__(self, failure: Any) -> bool:
+        self.port.send(("supervise", repr(current_rank()), current_size()))
+        return True
+
+    def __cleanup__(self, exc: BaseException | None) -> None:
+        if exc is None:
+            self.port.send(("cleanup", repr(current_rank()), current_size()))
+
+
+def test_hooks_run_for_no_message_an_empty_rank(procs) -> None:
+    """As in Monarch: not the rank of the last message handled (it leaked in)."""
+    port, recv = Channel.open()
+    mesh = procs.spawn("hookranks", HookRanks, port)
+    assert mesh.slice(gpus=slice(1, 3)).rank.call().get(timeout=T).values() == [
+        {"gpus": 0}, {"gpus": 1}]
+    mesh.slice(gpus=2).fail_a_kid.call_one().get(timeout=T)
+    assert recv.recv().get(timeout=T) == ("supervise", "{}", {})
+    mesh.slice(gpus=2).stop().get(timeout=T)
+    assert recv.recv().get(timeout=T) == ("cleanup", "{}", {})

@@ -100,7 +100,9 @@ class ActorBehavior:
             creator=msg.creator, mesh_uid=self.uid, _proc_mesh=msg.proc_mesh,
             _stop=self.request_stop, _abort=self.abort, _proc=proc_mesh_of(rt),
         )
-        self.context = Context(self.instance, self.rank)  # __init__ and hooks: its own rank
+        self.context = Context(self.instance, self.rank)  # __init__: its own rank
+        # __supervise__ and __cleanup__ run for no message: an empty rank, as in Monarch
+        self.hook_context = Context(self.instance, Point(0, Extent([], [])))
         self.actor: Actor | None = None
         self.failure: MeshFailure | None = None
         self.tasks: set[asyncio.Task[Any]] = set()
@@ -483,15 +485,19 @@ class ActorBehavior:
             return None
         if self.is_async:
             return self._supervise_async(fn, failure, done)
+        token = _current.set(self.hook_context)
         try:
             handled = fn(failure)
         except Exception as exc:
             done(False, exc)
             return None
+        finally:
+            _current.reset(token)
         done(bool(handled), None)
         return None
 
     async def _supervise_async(self, fn: Any, failure: MeshFailure, done: Any) -> None:
+        token = _current.set(self.hook_context)
         try:
             handled = fn(failure)
             if inspect.isawaitable(handled):
@@ -499,6 +505,8 @@ class ActorBehavior:
         except Exception as exc:
             done(False, exc)
             return
+        finally:
+            _current.reset(token)
         done(bool(handled), None)
 
     def fail_with(self, failure: MeshFailure) -> Any:
@@ -552,10 +560,13 @@ class ActorBehavior:
         self.cleaned = True
         fn = getattr(self.actor, "__cleanup__", None)
         if fn is not None:
+            token = _current.set(self.hook_context)
             try:
                 fn(exc)
             except Exception:
                 traceback.print_exc()
+            finally:
+                _current.reset(token)
         return None
 
     async def _cleanup_async(self, exc: BaseException | None) -> None:
@@ -568,12 +579,15 @@ class ActorBehavior:
             await asyncio.gather(*self.tasks, return_exceptions=True)
         fn = getattr(self.actor, "__cleanup__", None)
         if fn is not None:
+            token = _current.set(self.hook_context)
             try:
                 result = fn(exc)
                 if inspect.isawaitable(result):
                     await result
             except Exception:
                 traceback.print_exc()
+            finally:
+                _current.reset(token)
 
 
 class _NullPort:
