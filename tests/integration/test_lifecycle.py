@@ -257,8 +257,10 @@ def test_calls_after_proc_mesh_stop_fail_instead_of_hanging() -> None:
 def test_actor_stops_itself(procs2) -> None:
     mesh = procs2.spawn("self_stop", Counter, 0)
     assert mesh.slice(gpus=1).stop_self.call_one().get(timeout=T) == "stopping"
-    with pytest.raises(SupervisionError):
+    with pytest.raises(SupervisionError) as caught:  # Monarch's words, the rank, the reason
         mesh.slice(gpus=1).value.call_one().get(timeout=T)
+    assert str(caught.value).startswith("Endpoint call self_stop.value() failed: rank 1 of mesh")
+    assert "has status stopped: done with it" in str(caught.value)
     assert mesh.slice(gpus=0).incr.call_one().get(timeout=T) == 1  # other ranks keep working
 
 

@@ -82,6 +82,6 @@ def _spawn_failed(rt: Runtime, msg: m.SpawnActor, g: int, why: str) -> None:
     failure = MeshFailure(mesh_name=msg.uid, ranks=[local], coords=[dict(shape.point(local))],
                           actor_class=msg.class_name, endpoint="__init__", host=rt.hostname,
                           pid=rt.pid, cause=why, kind="spawn")
-    rt.add_cell(msg.uid, Tombstone(rt, msg.uid, why, failure))
+    rt.add_cell(msg.uid, Tombstone(rt, msg.uid, why, failure, name=msg.name, rank=local))
     rt.send_reply(msg.ack, g, m.OK, None)
     rt.send_sys(msg.owner, m.ActorFailed(msg.uid, g, failure, msg.owner_uid))

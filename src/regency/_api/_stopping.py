@@ -12,6 +12,7 @@ import asyncio
 from typing import Any
 
 from .._runtime._runtime import Runtime
+from .._supervision._reasons import call_failed, subject
 from .._wire import _messages as m
 from ..errors import MeshFailure
 from . import _reattach
@@ -24,7 +25,8 @@ class Tombstone:
     """What stays of a stopped actor: calls to it fail at once."""
 
     def __init__(self, rt: Runtime, uid: str, reason: str,
-                 failure: MeshFailure | None = None, draining: Any = None) -> None:
+                 failure: MeshFailure | None = None, draining: Any = None,
+                 name: str = "", rank: int | None = None) -> None:
         self.rt = rt
         self.uid = uid
         self.reason = reason
@@ -32,15 +34,21 @@ class Tombstone:
         # the behavior whose cell still runs the calls it had when it was stopped, until
         # its cleanup is done: a cancel of one of them reaches it (``_cancel``)
         self.draining = draining
+        self.name = name or getattr(getattr(draining, "instance", None), "name", "") or uid
+        self.rank = rank if rank is not None else getattr(draining, "local", None)
 
     def enqueue(self, call: m.Call, frame: list[memoryview]) -> None:
-        """Answer a call with why this actor is gone."""
+        """Answer a call with why this actor is gone (Monarch's words: the endpoint call
+        failed, the actor's status)."""
         port = call.port
         if port is not None:
+            who = (subject(self.uid, [self.rank]) if self.rank is not None
+                   else f"actor mesh {self.uid!r}")
             if self.failure is not None:
-                msg = f"actor mesh {self.uid} failed: {self.reason}"
+                why = f"{who} failed: {self.reason}"
             else:
-                msg = f"actor mesh {self.uid} was stopped ({self.reason})"
+                why = f"{who} cannot answer: the actor has status stopped: {self.reason}"
+            msg = call_failed(self.name, call.endpoint, why)
             self.rt.send_reply(port, None, m.SUPERVISION, (msg, self.failure))
 
     def control(self, fn: Any) -> None:
