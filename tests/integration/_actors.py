@@ -6,6 +6,7 @@ pickled by reference, as a real program's library actors would be.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import hashlib
 import logging
@@ -574,6 +575,26 @@ class CollidingStop(Actor):
     @endpoint
     async def stop(self) -> int:  # collides with ActorMesh.stop
         return 1
+
+
+class Computes(Actor):
+    """An abstract actor (``Actor`` is an ``ABC``): ``compute`` is left to subclasses."""
+
+    @abc.abstractmethod
+    def compute(self) -> int: ...
+
+    @endpoint
+    def run(self) -> int:
+        return self.compute()
+
+
+class Incomplete(Computes):
+    pass
+
+
+class Complete(Computes):
+    def compute(self) -> int:
+        return 42
 
 
 class NotAnActor:

@@ -10,8 +10,10 @@ import pytest
 from _actors import (
     AsyncCleanup,
     Cleanup,
+    Complete,
     Counter,
     FileCleanup,
+    Incomplete,
     NeedsArgs,
     NoArgs,
     NotAnActor,
@@ -252,6 +254,18 @@ def test_calls_after_proc_mesh_stop_fail_instead_of_hanging() -> None:
         mesh.incr.call().get(timeout=T)
     with pytest.raises(SupervisionError):
         mesh.slice(gpus=0).incr.call_one().get(timeout=T)
+
+
+def test_an_abstract_actor_fails_at_spawn_as_in_monarch(procs2, unhandled_failures) -> None:
+    """``Actor`` is an ``ABC``: an abstract method left unimplemented is refused."""
+    import abc
+
+    assert isinstance(Complete(), abc.ABC)
+    with pytest.raises(TypeError, match="abstract"):
+        Incomplete()
+    assert procs2.spawn("complete", Complete).run.call().get(timeout=T).values() == [42, 42]
+    with pytest.raises(SupervisionError, match="Can't instantiate abstract class Incomplete"):
+        procs2.spawn("incomplete", Incomplete).run.call().get(timeout=T)
 
 
 def test_actor_stops_itself(procs2) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+from abc import ABC
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
@@ -18,8 +19,9 @@ __all__ = ["Actor", "EndpointProperty", "NotAnEndpoint", "concurrent_endpoint", 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class Actor(NotAMesh):
-    """Base class of user actors.
+class Actor(NotAMesh, ABC):
+    """Base class of user actors (an ``ABC``, as Monarch's: a subclass that leaves an
+    ``abc.abstractmethod`` unimplemented cannot be constructed, so its spawn fails).
 
     Subclass it and mark public methods with ``@endpoint``. An actor handles one message at
     a time. A class whose endpoints are all plain ``def`` is a *sync* actor and runs on a
