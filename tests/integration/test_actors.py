@@ -163,6 +163,12 @@ def test_as_endpoint_calls_a_non_endpoint_method(counters) -> None:
     assert list(ep.call().get(timeout=T).values()) == [42, 42]
     assert ep.call(2).get(timeout=T).get(0) == 84
     assert as_endpoint(counters.slice(gpus=1).helper).call_one(3).get(timeout=T) == 126
+    assert as_endpoint(counters.value) is counters.value  # an endpoint already: itself
+    for wrong in (lambda x: x, 3):  # Monarch's type and words (regency's earlier type too)
+        with pytest.raises(ValueError, match="expected a method of a spawned actor"):
+            as_endpoint(wrong)
+        with pytest.raises(TypeError):
+            as_endpoint(wrong)
 
 
 def test_non_endpoint_method_explains_itself(counters) -> None:

@@ -178,6 +178,8 @@ def test_proc_mesh_stop_runs_cleanup_and_forbids_spawn(tmp_path) -> None:
         assert (tmp_path / f"cleanup.{rank}").read_text() == "cleanup None"
     with pytest.raises(RuntimeError, match="stopped"):
         procs.spawn("again", Counter)
+    with pytest.raises(RuntimeError, match="`ProcMesh` has already been stopped"):  # Monarch's
+        procs.slice(gpus=0)
     import psutil
 
     _gone, alive = psutil.wait_procs([_proc_or_none(p) for p in pids if _proc_or_none(p)],

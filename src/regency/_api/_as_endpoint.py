@@ -9,6 +9,11 @@ from ._actor import NotAnEndpoint
 from ._endpoint import Endpoint
 
 
+class NotAMethodError(ValueError, TypeError):
+    """``as_endpoint`` of something that is not a spawned actor's method: a ``ValueError``
+    (Monarch's) and a ``TypeError`` (regency's earlier)."""
+
+
 def as_endpoint(not_an_endpoint: Any, *, propagate: Any = None,
                 explicit_response_port: bool = False) -> Endpoint[Any]:
     """Wrap ``mesh.method`` (a method not marked ``@endpoint``) as an Endpoint."""
@@ -16,7 +21,8 @@ def as_endpoint(not_an_endpoint: Any, *, propagate: Any = None,
     if isinstance(method, Endpoint):
         return method
     if not isinstance(method, NotAnEndpoint):
-        raise TypeError(f"as_endpoint needs a method of a spawned mesh, got {method!r}")
+        raise NotAMethodError(f"as_endpoint: expected a method of a spawned actor "
+                              f"(mesh.method), got {method!r}")
     mesh = method._mesh
     fn = getattr(mesh._cls, method._name)
     params = list(inspect.signature(fn).parameters.values())[1 + int(explicit_response_port):]

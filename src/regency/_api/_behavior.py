@@ -25,6 +25,7 @@ from .._ratelog import notices
 from .._runtime._cell import Limits
 from .._runtime._pickling import loads
 from .._runtime._runtime import Runtime
+from .._supervision._reasons import actor_gone
 from .._wire import _messages as m
 from ..errors import DeadlineExceeded, MailboxFull, MeshFailure, SupervisionError
 from ._actor import Actor, endpoints_of, is_async_actor
@@ -151,7 +152,7 @@ class ActorBehavior:
         if port is not None and call.sender != "root":  # a call an actor may wait on
             self.started.add(port)
         if (self.failure is not None or self.actor is None
-                or self.stop_requested is not None) and self._refuse(port):
+                or self.stop_requested is not None) and self._refuse(port, call.endpoint):
             return None
         name = call.endpoint
         ctx = self._ctx
@@ -223,7 +224,7 @@ class ActorBehavior:
         port = call.port
         if port is not None and call.sender != "root":  # a call an actor may wait on
             self.started.add(port)
-        if self._refuse(port):
+        if self._refuse(port, call.endpoint):
             return
         name = call.endpoint
         ep = self.endpoints.get(name)
@@ -397,16 +398,16 @@ class ActorBehavior:
         data = self._status_names[name] = raw + b"\0" * (128 - len(raw))
         return data
 
-    def _refuse(self, port: Any) -> bool:
+    def _refuse(self, port: Any, endpoint: str) -> bool:
         if self.failure is None and self.actor is not None and self.stop_requested is None:
             return False
-        if port is not None and self.stop_requested is not None and self.failure is None:
-            msg = f"actor {self.instance.actor_id} stopped itself ({self.stop_requested})"
-            self.rt.send_reply(port, self.g, m.SUPERVISION, (msg, None))
-            return True
         if port is not None:
-            why = self.failure.cause if self.failure else "it was never constructed"
-            msg = f"actor {self.instance.actor_id} has failed: {why}"
+            if self.stop_requested is not None and self.failure is None:
+                why, failed = self.stop_requested, False
+            else:
+                why = self.failure.cause if self.failure else "it was never constructed"
+                failed = True
+            msg = actor_gone(self.instance.name, endpoint, self.uid, self.local, why, failed)
             self.rt.send_reply(port, self.g, m.SUPERVISION, (msg, self.failure))
         return True
 

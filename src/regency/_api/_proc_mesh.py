@@ -21,7 +21,7 @@ from .._debug._logs import ProcLogs, collect_logs
 from .._debug._stacks import Stacks, collect
 from .._mesh import MeshTrait, Point, Shape
 from .._observe._progress import watch_spawn
-from .._runtime import _procbind
+from .._runtime import _current, _procbind
 from .._runtime._aggregate import Options, set_options
 from .._runtime._completion import Completion
 from .._runtime._pickling import describe_unpicklable, dumps, dumps_inband
@@ -84,6 +84,21 @@ class ProcMesh(MeshTrait):
 
     def _new_with_shape(self, shape: Shape) -> ProcMesh:
         return ProcMesh(self._uid, self._mesh_name, shape, self._proc_addrs, self._host_agents)
+
+    def slice(self, **selections: Any) -> ProcMesh:
+        """A sub-mesh (see ``MeshTrait.slice``).
+
+        Raises:
+            RuntimeError: the mesh was stopped (Monarch's words: "`ProcMesh` has already
+                been stopped").
+        """
+        rt = _current.get()
+        record = api_state(rt).proc_meshes.get(self._uid) if rt is not None else None
+        if record is not None and record.state.stopped:
+            raise RuntimeError(f"`ProcMesh` has already been stopped: proc mesh "
+                               f"{self._mesh_name!r} ({self._uid}) was stopped "
+                               f"({record.state.stopped}); spawn_procs() makes a new one")
+        return super().slice(**selections)
 
     @property
     def initialized(self) -> Future[bool]:

@@ -12,7 +12,7 @@ import asyncio
 from typing import Any
 
 from .._runtime._runtime import Runtime
-from .._supervision._reasons import call_failed, subject
+from .._supervision._reasons import actor_gone
 from .._wire import _messages as m
 from ..errors import MeshFailure
 from . import _reattach
@@ -42,13 +42,8 @@ class Tombstone:
         failed, the actor's status)."""
         port = call.port
         if port is not None:
-            who = (subject(self.uid, [self.rank]) if self.rank is not None
-                   else f"actor mesh {self.uid!r}")
-            if self.failure is not None:
-                why = f"{who} failed: {self.reason}"
-            else:
-                why = f"{who} cannot answer: the actor has status stopped: {self.reason}"
-            msg = call_failed(self.name, call.endpoint, why)
+            msg = actor_gone(self.name, call.endpoint, self.uid, self.rank, self.reason,
+                             self.failure is not None)
             self.rt.send_reply(port, None, m.SUPERVISION, (msg, self.failure))
 
     def control(self, fn: Any) -> None:

@@ -47,6 +47,17 @@ def call_failed(name: str, endpoint: str, reason: str) -> str:
     return f"Endpoint call {name}.{endpoint}() failed: {reason}"
 
 
+def actor_gone(name: str, endpoint: str, uid: str, rank: int | None, reason: str,
+               failed: bool) -> str:
+    """A call refused by an actor that failed or stopped (itself, or was stopped), in
+    Monarch's words: ``"Endpoint call s.ping() failed: rank 1 of mesh 's-x1' cannot answer:
+    the actor has status stopped: bye"``."""
+    who = subject(uid, [rank]) if rank is not None else f"actor mesh {uid!r}"
+    why = (f"{who} failed: {reason}" if failed
+           else f"{who} cannot answer: the actor has status stopped: {reason}")
+    return call_failed(name, endpoint, why)
+
+
 def why_actor_failed(actor_class: str, cause: str) -> str:
     """The actor raised or otherwise failed (with Monarch's words for it)."""
     who = actor_class or "there"
