@@ -55,7 +55,7 @@ class ActorError(RegencyError):
     def __init__(
         self,
         exception: BaseException,
-        message: str = "A remote actor call failed.",
+        message: str = "A remote actor call has failed.",
         exception_formatted: str = "",
     ) -> None:
         self.exception = exception

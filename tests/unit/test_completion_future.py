@@ -91,7 +91,7 @@ def test_as_asyncio_for_gather() -> None:
 
 def test_get_inside_a_running_loop_warns() -> None:
     async def main() -> int:
-        with pytest.warns(UserWarning, match="running event loop"):
+        with pytest.warns(UserWarning, match="active event loop"):
             fut: Future[int] = Future._from(Completion())
             c = fut._completion
             threading.Timer(0.01, c.set_result, (3,)).start()

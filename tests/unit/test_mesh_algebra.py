@@ -378,7 +378,7 @@ def test_select_empty_range_gives_size_zero() -> None:
     assert len(t) == 0
     assert t.ranks() == []
     assert t == s.select(b=slice(2, 1))  # empty restrictions are normalised
-    with pytest.raises(IndexError, match="index 0 out of range for dimension 'b' of size 0"):
+    with pytest.raises(IndexError, match="index out of range: 0 for dimension 'b' of size 0"):
         t.select(b=0)
 
 
@@ -389,7 +389,7 @@ def test_select_nothing_is_identity() -> None:
 
 def test_select_unknown_dimension() -> None:
     s = Shape.from_sizes(["host", "gpu"], [2, 4])
-    expected = "mesh has no dimension 'foo'; its dimensions are ('host', 'gpu')"
+    expected = "mesh does not have dimension 'foo'; its dimensions are ('host', 'gpu')"
     with pytest.raises(ValueError, match=re.escape(expected)):
         s.select(foo=0)
 
@@ -397,7 +397,7 @@ def test_select_unknown_dimension() -> None:
 @pytest.mark.parametrize("index", [4, -5, 100])
 def test_select_index_out_of_range(index: int) -> None:
     s = Shape.from_sizes(["host", "gpu"], [2, 4])
-    message = f"index {index} out of range for dimension 'gpu' of size 4"
+    message = f"index out of range: {index} for dimension 'gpu' of size 4"
     with pytest.raises(IndexError, match=re.escape(message)):
         s.select(gpu=index)
 
@@ -507,7 +507,7 @@ def test_split_errors() -> None:
     with pytest.raises(ValueError, match="cannot infer the sizes of both 'tp' and 'cp'"):
         s.split(gpu=("tp", "cp"))
     with pytest.raises(ValueError,
-                       match=re.escape("dimension 'gpu' of size 8 is not evenly divided")):
+                       match=re.escape("Dimension 'gpu' of size 8 is not evenly divided")):
         s.split(gpu=("tp", "cp"), cp=3)
     with pytest.raises(ValueError, match=re.escape("with sizes (2, 2)")):
         s.split(gpu=("tp", "cp"), tp=2, cp=2)
@@ -549,7 +549,7 @@ def test_rename() -> None:
 
 def test_rename_errors() -> None:
     s = Shape.from_sizes(["host", "gpu"], [2, 4])
-    with pytest.raises(ValueError, match="mesh has no dimension 'x'"):
+    with pytest.raises(ValueError, match="mesh does not have dimension 'x'"):
         s.rename(x="y")
     with pytest.raises(ValueError, match="duplicate dimension label 'gpu'"):
         s.rename(host="gpu")
@@ -619,19 +619,19 @@ def test_mesh_trait_with_property_shape() -> None:
 
 def test_mesh_trait_size_unknown_dimension() -> None:
     m = Box(Shape.from_sizes(["host", "gpu"], [2, 4]))
-    with pytest.raises(KeyError, match="mesh has no dimension 'foo'"):
+    with pytest.raises(KeyError, match="mesh does not have dimension 'foo'"):
         m.size("foo")
-    with pytest.raises(KeyError, match="mesh has no dimension 'foo'"):
+    with pytest.raises(KeyError, match="mesh does not have dimension 'foo'"):
         m.size(["host", "foo"])
 
 
 def test_mesh_trait_errors_propagate() -> None:
     m = Box(Shape.from_sizes(["host", "gpu"], [2, 4]))
-    with pytest.raises(ValueError, match="mesh has no dimension 'foo'"):
+    with pytest.raises(ValueError, match="mesh does not have dimension 'foo'"):
         m.slice(foo=1)
-    with pytest.raises(TypeError, match="mesh has no dimension 'foo'"):  # Monarch's type
+    with pytest.raises(TypeError, match="mesh does not have dimension 'foo'"):  # Monarch's type
         m.slice(foo=1)
-    with pytest.raises(IndexError, match="index 2 out of range for dimension 'host' of size 2"):
+    with pytest.raises(IndexError, match="index out of range: 2 for dimension 'host' of size 2"):
         m.slice(host=2)
 
 

@@ -140,7 +140,7 @@ class Endpoint(Generic[R]):
         """Call every member in the op stream of the active device mesh; the result stays
         remote (tensors shaped by the endpoint's ``propagate``). Needs an active mesh."""
         if tensor_calls is None:
-            raise TypeError(f"{self._label}: remote functions require an active device mesh "
+            raise TypeError(f"{self._label}: Remote functions require an active device mesh "
                             "(`with procs.activate():`)")
         return tensor_calls(self, "rref", args, kwargs)
 

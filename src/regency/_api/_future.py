@@ -160,7 +160,7 @@ class Future(Generic[R]):
             raise RuntimeError(problem)
         if loop is not None:
             warnings.warn(
-                "Future.get() was called from within a running event loop; it blocks that "
+                "Future.get() was called from within an active event loop; it blocks that "
                 "loop. Use `await` instead.",
                 UserWarning,
                 stacklevel=3,
@@ -278,7 +278,7 @@ class Future(Generic[R]):
 
 def _check_timeout(timeout: float | None) -> None:
     if timeout is not None and (not math.isfinite(timeout) or timeout < 0):
-        raise ValueError(f"timeout must be a finite number >= 0 seconds, not {timeout!r}")
+        raise ValueError(f"invalid timeout {timeout!r}: a timeout is a finite number >= 0 seconds")
 
 
 def completed(value: Any) -> Future[Any]:

@@ -121,7 +121,7 @@ def returns_future(
         TypeError: ``function`` is not an ``async def``.
     """
     if not inspect.iscoroutinefunction(function):
-        raise TypeError(f"returns_future needs an async def, got {function!r}")
+        raise TypeError(f"returns_future requires an async function (async def), got {function!r}")
 
     @functools.wraps(function)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> Future[T]:

@@ -58,7 +58,7 @@ class ValueMesh(MeshTrait, Generic[R]):
         labels = self._shape_.labels
         extra = [k for k in coords if k not in labels]
         if extra:
-            raise KeyError(f"item has extra dimensions {extra}; this mesh has {list(labels)}")
+            raise KeyError(f"item has extra dimensions: {extra}; this mesh has {list(labels)}")
         missing = [k for k in labels if k not in coords]
         if missing:
             raise KeyError(f"item needs a coordinate for {missing} (dimensions {list(labels)})")

@@ -96,7 +96,7 @@ class UnknownDimension(ValueError, TypeError):
 
 def unknown_dimension(label: object, labels: tuple[str, ...]) -> UnknownDimension:
     """Return the error for a selection or rename that names a dimension the mesh lacks."""
-    return UnknownDimension(f"mesh has no dimension {label!r}; its dimensions are {labels}")
+    return UnknownDimension(f"mesh does not have dimension {label!r}; its dimensions are {labels}")
 
 
 class DimensionNotFound(KeyError, ValueError):

@@ -146,7 +146,7 @@ def _part_sizes(
     if (unknown and inferred * known != size) or (not unknown and known != size):
         shown = tuple(sizes_given.get(part, "?") for part in parts)
         raise ValueError(
-            f"split: dimension {label!r} of size {size} is not evenly divided by {parts} "
-            f"with sizes {shown}"
+            f"Dimension {label!r} of size {size} is not evenly divided by {parts} "
+            f"with sizes {shown} (split)"
         )
     return [sizes_given.get(part, inferred) for part in parts]

@@ -67,7 +67,7 @@ def _index(label: str, size: int, selector: object) -> int:
         ) from None
     normalised = index + size if index < 0 else index
     if not 0 <= normalised < size:
-        raise IndexError(f"index {index} out of range for dimension {label!r} of size {size}")
+        raise IndexError(f"index out of range: {index} for dimension {label!r} of size {size}")
     return normalised
 
 

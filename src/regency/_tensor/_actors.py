@@ -147,7 +147,7 @@ def rref(endpoint: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     stream; its tensors stay remote, shaped as the endpoint's ``propagate`` says."""
     mesh = _active.current()
     if mesh is None:
-        raise TypeError(f"{endpoint._label}.rref(): remote functions require an active "
+        raise TypeError(f"{endpoint._label}.rref(): Remote functions require an active "
                         "device mesh (`with procs.activate():`; not under no_mesh)")
     propagate = _propagate_of(endpoint)
     stream = _active.get_active_stream()
