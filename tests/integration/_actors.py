@@ -720,3 +720,32 @@ class Weights(Actor):
     def bump(self) -> int:
         self.w += 1
         return int(self.w[0])
+
+
+class Noting(Actor):
+    """Appends ``tag`` to a file when it cleans up (a file: the order is causal)."""
+
+    def __init__(self, path: str, tag: str) -> None:
+        self.path, self.tag = path, tag
+
+    @endpoint
+    def ok(self) -> int:
+        return 1
+
+    def __cleanup__(self, exc: BaseException | None) -> None:
+        with open(self.path, "a") as f:
+            f.write(self.tag + "\n")
+
+
+class NotingOwner(Noting):
+    """Owns a mesh of ``Noting`` on procs of its own and one on its own proc."""
+
+    @endpoint
+    def setup(self) -> Any:
+        from regency.actor import this_proc
+
+        self.procs = this_host().spawn_procs(per_host={"k": 2}, name="notingkids")
+        self.kids = self.procs.spawn("kids", Noting, self.path, "kid")
+        self.local = this_proc().spawn("local", Noting, self.path, "local")
+        self.kids.ok.call().get(timeout=20)
+        return self.kids, self.local

@@ -17,6 +17,7 @@ from _actors import (
     NeedsArgs,
     NoArgs,
     NotAnActor,
+    NotingOwner,
 )
 from regency.actor import (
     Channel,
@@ -380,3 +381,24 @@ def test_stop_of_a_proc_mesh_slice_then_of_the_whole_mesh() -> None:
         assert not alive, "the rest of the proc mesh kept running after stop()"
     finally:
         _kill_if_alive(pids)
+
+
+@pytest.mark.parametrize("stop", ["actor mesh", "proc mesh"])
+def test_an_owners_meshes_clean_up_before_it_and_their_calls_say_why(tmp_path, stop) -> None:
+    """As in Monarch: what an actor spawned stops first. A mesh it handed out says, when
+    called afterwards, that its proc was stopped because its owner stopped (it said the
+    connection was lost)."""
+    notes = tmp_path / "cleanups"
+    procs = this_host().spawn_procs(per_host={"o": 1}, name="notingowner")
+    owner = procs.spawn("owner", NotingOwner, str(notes), "owner")
+    kids, local = owner.setup.call_one().get(timeout=T)
+    assert kids.ok.call().get(timeout=T).values() == [1, 1]
+    (owner if stop == "actor mesh" else procs).stop().get(timeout=T)
+    lines = notes.read_text().split()
+    assert sorted(lines[:-1]) == ["kid", "kid", "local"] and lines[-1] == "owner", lines
+    with pytest.raises(SupervisionError) as caught:
+        kids.ok.call().get(timeout=T)
+    assert "was stopped (its owner stopped)" in str(caught.value)
+    with pytest.raises(SupervisionError, match="stopped"):
+        local.ok.call().get(timeout=T)
+    procs.stop().get(timeout=T)

@@ -29,6 +29,7 @@ from regency._supervision import (
     MeshSpawned,
     MeshStopped,
     ProcExited,
+    ProcRetired,
     RankState,
     RunRootHook,
     StartGraceTimer,
@@ -420,6 +421,37 @@ def test_call_to_a_mesh_spawned_elsewhere_fails_when_its_proc_exits(
         FailCalls((2,), "Endpoint call far-1.get() failed: " + lost("far-1", "rank 1", "q1"),
                   None, cause_id="c2"),
     ]
+
+
+def test_a_proc_that_says_it_is_stopped_fails_calls_at_once_when_its_connection_ends(
+    state: SupervisionState,
+) -> None:
+    """An actor mesh its owner handed out, whose owner stopped: no failure, no grace wait,
+    the reason the proc gave (``ProcRetired``)."""
+    why = say.why_proc_stopped("q1", "its owner stopped")
+    started = CallStarted(1, "far-1", frozenset({0, 1}), "get", addrs={0: "q0", 1: "q1"},
+                          cause_id="c1")
+    assert state.handle(started, ProcRetired("q1", "its owner stopped", cause_id="r")) == []
+    assert state.handle(ConnectionLost("q1", "EOF", cause_id="lost")) == [
+        FailCalls((1,), f"Endpoint call far-1.get() failed: rank 1 of mesh 'far-1' {why}",
+                  None, cause_id="lost"),
+    ]
+    again = CallStarted(2, "far-1", frozenset({1}), "get", addrs={1: "q1"}, cause_id="c2")
+    assert state.handle(again) == [  # refused at once, with the same words
+        FailCalls((2,), f"Endpoint call far-1.get() failed: rank 1 of mesh 'far-1' {why}",
+                  None, cause_id="c2"),
+    ]
+    assert state.verdicts().addrs["q1"] == why
+
+
+def test_a_proc_that_says_it_is_stopped_still_reports_the_loss_of_its_owners_members(
+    state: SupervisionState,
+) -> None:
+    """Its own owner did not stop it (its worker got SIGTERM, say): a failure to report."""
+    state.handle(spawn("w-1", {0: "p0"}), ProcRetired("p0", "its worker got SIGTERM",
+                                                      cause_id="r"))
+    actions = state.handle(killed("p0", cause="was killed by signal 15 (SIGTERM)"))
+    assert [type(a) for a in actions] == [RunRootHook]
 
 
 # -- rule 6: the story and impossible events ----------------------------------------------------

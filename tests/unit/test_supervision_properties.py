@@ -44,6 +44,7 @@ from regency._supervision import (
     MeshSpawned,
     MeshStopped,
     ProcExited,
+    ProcRetired,
     RanksStopped,
     RunRootHook,
     StartGraceTimer,
@@ -57,7 +58,7 @@ PROFILE = settings(max_examples=100, deadline=None)
 ADDRS = [f"p{i}" for i in range(6)]
 OPS = ["spawn", "spawn_procs", "stop", "stop_ranks", "stop_finished", "call", "call_foreign",
        "finish", "actor_failed", "proc_exited", "connection_lost", "grace_expired", "answer",
-       "stop_foreign"]
+       "stop_foreign", "proc_retired"]
 FAR = "far"  # a mesh spawned elsewhere: calls to it name their procs, stops are refusals only
 
 
@@ -71,6 +72,8 @@ class Model:
     stopped: set[str] = dataclasses.field(default_factory=set)
     stopped_ranks: set[tuple[str, int]] = dataclasses.field(default_factory=set)
     retired: set[str] = dataclasses.field(default_factory=set)  # procs of stopped proc meshes
+    said_retired: set[str] = dataclasses.field(default_factory=set)  # ProcRetired heard
+    ended: set[str] = dataclasses.field(default_factory=set)  # retired, connection lost
     finished: set[str] = dataclasses.field(default_factory=set)  # StopFinished seen
     lost_ranks: set[tuple[str, int]] = dataclasses.field(default_factory=set)
     dead: set[str] = dataclasses.field(default_factory=set)
@@ -88,13 +91,21 @@ class Model:
         return (uid in self.stopped or (uid, rank) in self.stopped_ranks
                 or (uid in self.meshes and addr in self.retired))
 
+    def stopping(self, addr: str) -> bool:
+        """Whether the proc at ``addr`` is stopped on purpose (a proc mesh of ours stopped,
+        or it said so): new calls to it are refused, whoever spawned their mesh."""
+        return addr in self.retired or addr in self.said_retired
+
     def doomed(self, call_id: int, *, new: bool) -> bool:
         """Whether the call can no longer be answered (``new``: it is being started)."""
         uid, addrs = self.calls[call_id]
         for rank, addr in addrs.items():
             if (uid, rank) in self.lost_ranks or addr in self.dead or addr in self.unreachable:
                 return True
-            if uid in self.finished or (new and self.is_stopped(uid, addr, rank)):
+            if uid in self.finished or addr in self.ended:
+                return True
+            # a proc stopped on purpose refuses new calls, whoever spawned its mesh
+            if new and (self.is_stopped(uid, addr, rank) or self.stopping(addr)):
                 return True
         return False
 
@@ -186,7 +197,13 @@ def next_event(draw: st.DrawFn, m: Model, step: int) -> Event | None:
         return ProcExited(addr, "died", expected, 1, "h", cause_id=cid)
     if op == "connection_lost":
         addr = draw(st.sampled_from(ADDRS))
+        if m.stopping(addr) and addr not in m.dead | m.timers | m.unreachable:
+            m.ended.add(addr)  # its end was announced: its calls fail at once, no timer
         return ConnectionLost(addr, "EOF", cause_id=cid)
+    if op == "proc_retired":
+        addr = draw(st.sampled_from(ADDRS))
+        m.said_retired.add(addr)
+        return ProcRetired(addr, "its owner stopped", cause_id=cid)
     if op == "grace_expired" and m.timers:
         addr = draw(st.sampled_from(sorted(m.timers)))
         m.timers.discard(addr)
@@ -289,7 +306,7 @@ def test_random_runs_fail_each_doomed_call_once_and_deliver_each_rank_once(
         for rank, addr in members.items():
             refused = state.check_call(uid, [rank]) is not None
             gone = ((uid, rank) in m.lost_ranks or addr in m.dead or addr in m.unreachable
-                    or m.is_stopped(uid, addr, rank))
+                    or m.is_stopped(uid, addr, rank) or m.stopping(addr))
             assert refused == gone
     assert state.statistics() == stats
     # The published verdicts refuse exactly what the model refuses, a just-lost connection too.
@@ -298,12 +315,12 @@ def test_random_runs_fail_each_doomed_call_once_and_deliver_each_rank_once(
     for uid, members in m.meshes.items():
         for rank, addr in members.items():
             gone = ((uid, rank) in m.lost_ranks or addr in m.dead or addr in m.unreachable
-                    or m.is_stopped(uid, addr, rank) or addr in lost)
+                    or m.is_stopped(uid, addr, rank) or addr in lost or m.stopping(addr))
             assert (verdicts.call_refusal(uid, [(rank, addr)]) is not None) == gone
     for addr in ADDRS:  # a mesh spawned elsewhere: its procs, and stops made here
         for rank in range(3):
             bad = (addr in m.dead or addr in m.unreachable or addr in lost
-                   or m.is_stopped(FAR, addr, rank))
+                   or m.is_stopped(FAR, addr, rank) or m.stopping(addr))
             assert (verdicts.call_refusal(FAR, [(rank, addr)]) is not None) == bad
     assert state.verdicts() is verdicts  # queries change nothing, and reuse the snapshot
     # Handling the same events in one batch gives the same actions.
@@ -321,7 +338,8 @@ def test_stopped_members_refuse_spawns_and_calls_but_pending_calls_live_on(
         members = list(m.meshes[uid].items())
         refusal = verdicts.spawn_refusal(uid, uid, members)
         stopped = uid in m.stopped or any((uid, r) in m.stopped_ranks for r, _ in members)
-        dead = any(a in m.dead or a in m.unreachable or a in m.timers for _, a in members)
+        dead = any(a in m.dead or a in m.unreachable or a in m.timers or m.stopping(a)
+                   for _, a in members)
         if stopped:
             assert refusal is not None and refusal[1] and "stopped" in refusal[0]
         else:

@@ -53,6 +53,7 @@ def install(rt: Runtime) -> None:
     rt.peer_lost_hooks.append(lambda addr, exc: _lines_lost_with(rt, addr))
     sup = api_state(rt).supervisor = Supervisor(rt)
     rt.undeliverable_text = sup.undeliverable
+    rt.handle(m.ProcRetiring, lambda msg: sup.proc_retired(msg.addr, msg.reason))
 
 
 def _proc_output(msg: m.ProcOutput) -> None:

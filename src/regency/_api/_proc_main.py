@@ -32,7 +32,7 @@ from .._runtime._host_agent import AGENT_LOST_EXIT
 from .._runtime._loop_spin import LoopSpin
 from .._runtime._runtime import Runtime
 from .._runtime._script import set_script
-from .._wire._messages import ProcReady, StopProc
+from .._wire._messages import ProcReady, ProcRetiring, StopProc
 from . import _dispatch, _terminate
 from ._bootstrap import root_context_of
 from ._context import Context, Instance, set_context
@@ -114,6 +114,7 @@ def run_proc(spec: dict[str, Any]) -> int:
 
     def on_stop(msg: StopProc) -> None:
         rt.stopping = True
+        _say_retiring(rt, msg.reason)
         tasks.add(rt.loop.create_task(_stop(rt, stop)))
 
     def on_sigterm() -> None:  # SLURM, Kubernetes: clean up, then end by SIGTERM
@@ -185,6 +186,16 @@ async def _bootstrap(rt: Runtime, spec: dict[str, Any]) -> str | None:
     finally:
         ctxvar.reset(token)
     return None
+
+
+def _say_retiring(rt: Runtime, reason: str) -> None:
+    """Tell every peer this proc talks to that it is being stopped on purpose, and why:
+    one that did not spawn it (an actor mesh its owner handed out) would otherwise see only
+    a lost connection."""
+    msg = ProcRetiring(rt.address, reason)
+    for peer in list(rt.router.peers):  # its host agent too: it may be the controller
+        if peer not in rt.my_addresses:
+            rt.send_sys(peer, msg)
 
 
 async def _stop(rt: Runtime, stop: asyncio.Event) -> None:

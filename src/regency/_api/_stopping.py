@@ -9,8 +9,10 @@ controller.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
+from .. import config
 from .._runtime._runtime import Runtime
 from .._supervision._reasons import actor_gone
 from .._wire import _messages as m
@@ -60,7 +62,6 @@ def on_stop_actor(rt: Runtime, msg: m.StopActor) -> None:
             rt.send_reply(port, None, m.OK, None)
         return
     stone = rt.cells[uid] = Tombstone(rt, uid, msg.reason, draining=behavior)
-    stop_owned(rt, uid)
 
     def finish() -> Any:
         result = behavior.cleanup(None)
@@ -69,13 +70,47 @@ def on_stop_actor(rt: Runtime, msg: m.StopActor) -> None:
         _released(behavior, stone, lambda: _acked(rt, port))
         return None
 
-    cell.control(finish)
-    cell.close()
+    def clean_up() -> None:
+        cell.control(finish)
+        cell.close()
+
+    _after_owned(rt, stop_owned(rt, uid), clean_up)
 
 
-def stop_owned(rt: Runtime, owner_uid: str) -> None:
-    """A mesh never outlives its owner: stop what the actor ``owner_uid`` spawned."""
+def _after_owned(rt: Runtime, stopping: list[asyncio.Future[None]],
+                 then: Callable[[], None]) -> None:
+    """Run ``then`` once what an actor owned has stopped (as in Monarch, its meshes'
+    ``__cleanup__`` runs before its own), or after half of ``cleanup_timeout`` (the other
+    half is its own: a proc's stop gives all of it that long) (loop)."""
+    if not stopping:
+        then()
+        return
+
+    async def wait() -> None:
+        try:
+            await asyncio.wait(stopping, timeout=_owned_timeout())
+        finally:
+            then()
+
+    task = rt.loop.create_task(wait())
+    _waits.add(task)
+    task.add_done_callback(_waits.discard)
+
+
+_waits: set[asyncio.Task[None]] = set()  # the waits above, kept alive until done
+
+
+def _owned_timeout() -> float:
+    return float(config.get("cleanup_timeout")) / 2
+
+
+def stop_owned(rt: Runtime, owner_uid: str) -> list[asyncio.Future[None]]:
+    """A mesh never outlives its owner: stop what the actor ``owner_uid`` spawned (loop).
+
+    Returns a future per stop asked for, settled once it is answered: the owned procs
+    gone, or the owned actors' ``__cleanup__`` done (or their proc lost)."""
     api = api_state(rt)
+    answers: list[asyncio.Future[None]] = []
     for uid, info in api.proc_meshes.items():
         st = info.state
         if info.owner_uid != owner_uid or st.stopped:
@@ -86,11 +121,27 @@ def stop_owned(rt: Runtime, owner_uid: str) -> None:
         for addr, agent in zip(info.addr_list, info.agents):
             by_agent.setdefault(agent, []).append(addr)
         for agent, addrs in by_agent.items():
-            rt.send_sys(agent, m.StopProcs(addrs, "its owner stopped", None))
+            rt.send_sys(agent, m.StopProcs(addrs, "its owner stopped",
+                                           _answered(rt, agent, answers)))
     for uid, rec in list(api.owned.items()):
         if rec.owner_uid == owner_uid:
             for addr in {rec.proc_addrs[g] for g in rec.shape.ranks()}:
-                rt.send_sys(addr, m.StopActor(uid, "its owner stopped", None))
+                rt.send_sys(addr, m.StopActor(uid, "its owner stopped",
+                                              _answered(rt, addr, answers)))
+    return answers
+
+
+def _answered(rt: Runtime, target: str, answers: list[asyncio.Future[None]]) -> m.PortRef:
+    """A port for ``target``'s answer (or its loss), settling a future added to ``answers``."""
+    fut: asyncio.Future[None] = rt.loop.create_future()
+    answers.append(fut)
+
+    def on_reply(reply: Any, frame: Any) -> None:
+        rt.close_port(port_id)
+        _settle(fut)
+
+    port_id = rt.open_port(on_reply, frozenset({target}))
+    return (rt.contact, port_id)
 
 
 async def _then(coro: Any, after: Any) -> None:
@@ -123,7 +174,6 @@ async def stop_cells(rt: Runtime, timeout: float, why: str = "the proc is stoppi
         fut: asyncio.Future[None] = loop.create_future()
         pending.append(fut)
         stone = rt.cells[uid] = Tombstone(rt, uid, why, draining=behavior)
-        stop_owned(rt, uid)  # a mesh never outlives its owner: its meshes stop first
 
         def finish(b: Any = behavior, f: asyncio.Future[None] = fut,
                    t: Tombstone = stone) -> Any:
@@ -136,8 +186,12 @@ async def stop_cells(rt: Runtime, timeout: float, why: str = "the proc is stoppi
             _released(b, t, done)
             return None
 
-        cell.control(finish)
-        cell.close()
+        def clean_up(c: Any = cell, fn: Callable[[], Any] = finish) -> None:
+            c.control(fn)
+            c.close()
+
+        # a mesh never outlives its owner: its meshes stop (their __cleanup__ runs) first
+        _after_owned(rt, stop_owned(rt, uid), clean_up)
     if pending:
         await asyncio.wait(pending, timeout=timeout)
 

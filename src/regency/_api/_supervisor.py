@@ -53,6 +53,7 @@ from .._supervision import (
     MeshSpawned,
     MeshStopped,
     ProcExited,
+    ProcRetired,
     RankRespawned,
     RanksStopped,
     RunRootHook,
@@ -110,6 +111,10 @@ class Supervisor:
     def mesh_stopped(self, uid: str, reason: str) -> None:
         """A mesh was stopped on purpose (any thread): applied before this returns."""
         self._apply_now(MeshStopped(uid, reason, cause_id=self._cause("stop")))
+
+    def proc_retired(self, addr: str, reason: str) -> None:
+        """The proc at ``addr`` said it is being stopped on purpose (loop thread)."""
+        self._apply_now(ProcRetired(addr, reason, cause_id=self._cause("stop")))
 
     def ranks_stopped(self, uid: str, ranks: frozenset[int], reason: str) -> None:
         """Some members of a mesh were stopped on purpose (any thread): applied at once."""

@@ -30,6 +30,7 @@ __all__ = [
     "MeshSpawned",
     "MeshStopped",
     "ProcExited",
+    "ProcRetired",
     "RanksStopped",
     "RankRespawned",
     "StopFinished",
@@ -82,6 +83,20 @@ class MeshStopped(Event):
     """
 
     uid: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ProcRetired(Event):
+    """The proc at ``addr`` says it is being stopped on purpose (by its owner, a controller
+    or its worker), wherever its meshes were spawned: its members leave without a failure.
+
+    New calls to it are refused at once, naming ``reason``; calls already pending may still
+    be answered, and fail with ``reason`` when its connection ends (no grace period) or its
+    exit is heard.
+    """
+
+    addr: str
     reason: str
 
 

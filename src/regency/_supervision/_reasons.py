@@ -140,6 +140,11 @@ def why_proc_mesh_stopped(addr: str, reason: str) -> str:
     return f"cannot answer: the proc mesh of its proc {addr} was stopped ({reason})"
 
 
+def why_proc_stopped(addr: str, reason: str) -> str:
+    """The proc said it was being stopped on purpose (a mesh spawned elsewhere, say)."""
+    return f"cannot answer: its proc {addr} was stopped ({reason})"
+
+
 def why_undeliverable(addr: str, reason: str) -> str:
     """A call's frame could not be written: the connection to the proc is gone."""
     return f"cannot answer: message undeliverable to its proc {addr}: {reason}"

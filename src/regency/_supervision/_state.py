@@ -94,6 +94,7 @@ from regency._supervision._events import (
     MeshSpawned,
     MeshStopped,
     ProcExited,
+    ProcRetired,
     RankRespawned,
     RanksStopped,
     StopFinished,
@@ -268,6 +269,7 @@ class SupervisionState:
         self._lost: dict[str, str] = {}  # addr -> reason, while its grace timer runs
         self._unreachable: dict[str, str] = {}  # addr -> reason, after the grace ran out
         self._retired: dict[str, str] = {}  # addr -> stop reason of its stopped proc mesh
+        self._stopped_procs: dict[str, str] = {}  # addr -> why: the proc said so (ProcRetired)
         # meshes spawned elsewhere that this runtime stopped: uid -> rank -> reason (-1: all)
         self._foreign_stops: dict[str, dict[int, str]] = {}
         self._deliveries: dict[str, _Delivery] = {}
@@ -375,8 +377,8 @@ class SupervisionState:
                     if (why := self._member_why(mesh, rank, addr)) is not None}
             if whys:
                 ranks[mesh.uid] = whys
-        addrs = {addr: why for addr in [*self._dead, *self._unreachable]
-                 if (why := self._addr_trouble(addr)) is not None}
+        troubled = [*self._dead, *self._unreachable, *self._retired, *self._stopped_procs]
+        addrs = {addr: why for addr in troubled if (why := self._addr_trouble(addr)) is not None}
         for addr, reason in self._lost.items():
             addrs.setdefault(addr, say.why_connection_lost(addr, reason))
         spawn = {uid: (dict.fromkeys(mesh.members, mesh.stopped) if mesh.stopped is not None
@@ -475,6 +477,10 @@ class SupervisionState:
                 mesh.stopped_ranks[rank] = ev.reason
                 if mesh.kind == "proc":
                     self._retired.setdefault(mesh.members[rank], ev.reason)
+        return []
+
+    def _on_proc_retired(self, ev: ProcRetired) -> list[Action]:
+        self._stopped_procs.setdefault(ev.addr, say.why_proc_stopped(ev.addr, ev.reason))
         return []
 
     def _on_rank_respawned(self, ev: RankRespawned) -> list[Action]:
@@ -596,9 +602,10 @@ class SupervisionState:
             ranks = call.ranks_on(ev.addr)
             owned = self._meshes.get(call.uid)
             why = (self._stopped_why(owned, ev.addr, ranks[0]) if owned is not None else None) \
-                or say.why_proc_lost(ev.addr, ev.cause)
-            if call.uid not in failures:  # a mesh spawned elsewhere
-                failures[call.uid] = self._proc_failure(call.uid, ranks, "", ev)
+                or self._retired_why(ev.addr) or say.why_proc_lost(ev.addr, ev.cause)
+            if call.uid not in failures:  # a mesh spawned elsewhere (None: it was stopped)
+                failures[call.uid] = (None if self._retired_why(ev.addr) is not None
+                                      else self._proc_failure(call.uid, ranks, "", ev))
             self._fail(failing, call, say.subject(call.uid, ranks) + " " + why,
                        failures[call.uid])
         actions = self._fail_actions(failing, ev.cause_id)  # calls first, then the owners
@@ -609,6 +616,13 @@ class SupervisionState:
         addr = ev.addr
         if addr in self._dead or addr in self._timers or addr in self._unreachable:
             return []
+        retired = self._retired_why(addr)
+        if retired is not None:  # it said it was stopping: its end is no mystery to wait on
+            failing = _Failing()
+            for call in self._calls_on(addr):
+                self._fail(failing, call,
+                           say.subject(call.uid, call.ranks_on(addr)) + " " + retired, None)
+            return self._fail_actions(failing, ev.cause_id)
         self._lost[addr] = ev.reason
         self._timers.add(addr)
         return [self._act(StartGraceTimer(addr, self.grace_s, cause_id=ev.cause_id))]
@@ -710,8 +724,19 @@ class SupervisionState:
         reason = stops.get(rank)
         return None if reason is None else say.why_ranks_stopped(reason)
 
+    def _retired_why(self, addr: str) -> str | None:
+        """Why the proc at ``addr`` counts as stopped on purpose, or None."""
+        reason = self._retired.get(addr)
+        if reason is not None:
+            return say.why_proc_mesh_stopped(addr, reason)
+        return self._stopped_procs.get(addr)
+
     def _addr_trouble(self, addr: str) -> str | None:
-        """Why the proc at ``addr`` cannot answer, or None if nothing is known against it."""
+        """Why the proc at ``addr`` cannot answer, or None if nothing is known against it
+        (a stop on purpose first: it explains the proc's end)."""
+        retired = self._retired_why(addr)
+        if retired is not None:
+            return retired
         if addr in self._dead:
             return say.why_proc_lost(addr, self._dead[addr])
         if addr in self._unreachable:
@@ -835,6 +860,7 @@ _HANDLERS: Final[Mapping[type[Event], Callable[[SupervisionState, Any], list[Act
     CallFinished: SupervisionState._on_call_finished,
     ActorFailed: SupervisionState._on_actor_failed,
     ProcExited: SupervisionState._on_proc_exited,
+    ProcRetired: SupervisionState._on_proc_retired,
     ConnectionLost: SupervisionState._on_connection_lost,
     GraceExpired: SupervisionState._on_grace_expired,
     SuperviseDone: SupervisionState._on_supervise_done,

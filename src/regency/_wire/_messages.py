@@ -219,6 +219,16 @@ class StopProc(SystemMessage):
     reason: str
 
 
+@system_message("proc_retiring")
+@dataclass(slots=True)
+class ProcRetiring(SystemMessage):
+    """From a proc being stopped on purpose to every peer it talks to: calls to it from now
+    on fail naming ``reason``, and its end is no failure (a peer may not own it)."""
+
+    addr: str
+    reason: str
+
+
 @system_message("resolve")
 @dataclass(slots=True)
 class Resolve(SystemMessage):
