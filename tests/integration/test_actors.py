@@ -171,6 +171,17 @@ def test_as_endpoint_calls_a_non_endpoint_method(counters) -> None:
             as_endpoint(wrong)
 
 
+def test_a_mesh_is_not_indexed_and_says_how_to_select(counters) -> None:
+    with pytest.raises(TypeError, match=r"not subscriptable: select members with "
+                                        r"mesh.slice\(gpus=0\)"):
+        counters[0]
+    with pytest.raises(TypeError, match="not iterable"):  # Monarch's words, at once
+        iter(counters)
+    with pytest.raises(TypeError, match="per_host must be a dict of dimension sizes, such "
+                                        "as {'gpus': 4}"):
+        this_host().spawn_procs(per_host=4)
+
+
 def test_non_endpoint_method_explains_itself(counters) -> None:
     with pytest.raises(RuntimeError, match="endpoint"):
         counters.helper.call()

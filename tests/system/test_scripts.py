@@ -275,3 +275,27 @@ def test_a_bad_environment_value_stops_a_worker_naming_it(tmp_path):
                          timeout=60)
     assert run.returncode == 2, run.stderr
     assert "environment variable REGENCY_SPAWN_TIMEOUT='soon'" in run.stderr
+
+
+ATTACH_NOTHING = """
+import socket
+from regency.actor import attach_to_workers
+
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+port = s.getsockname()[1]
+s.close()  # nothing listens there now
+try:
+    attach_to_workers([f"tcp://127.0.0.1:{port}"])
+except Exception as exc:
+    print("ERROR", type(exc).__name__, exc)
+"""
+
+
+def test_attaching_to_nothing_says_where_to_look(tmp_path, reap):
+    run = run_script(tmp_path, ATTACH_NOTHING,
+                     env={"REGENCY_SECRET": "attach-nothing", "REGENCY_CONNECT_TIMEOUT": "1"})
+    reap.append(run.tag)
+    assert run.returncode == 0, describe(run)
+    assert "ERROR TransportError cannot attach to worker tcp:127.0.0.1:" in run.stdout
+    assert "is `regency worker --listen" in run.stdout, describe(run)

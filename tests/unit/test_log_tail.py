@@ -51,8 +51,11 @@ def test_one_procs_lines_by_rank_or_coordinates() -> None:
     assert str(logs).splitlines()[:3] == ["== m {'gpus': 0}: last 2 lines of /p0 (on h) ==",
                                           "a", "! b"]
     assert "== rank 2: no answer ==" in str(logs)
-    with pytest.raises(KeyError, match="no lines of the proc at 2: no answer"):
+    with pytest.raises(KeyError, match="no lines of the proc at rank 2: no answer"):
         logs.of(2)
+    with pytest.raises(KeyError, match=r"at rank 9: the mesh has no proc there \(its ranks: "
+                                       r"\[0, 1, 2\]\)"):
+        logs.of(9)
     logs = ProcLogs([ProcLog("m", 0, {"gpus": 0}, "h", "/p2", ["  after"],
                              [ProcLog("m", 0, {"gpus": 0}, "h", "/p0", ["! crashed"])])],
                     {1: "cannot read /p1"}, {0: {"gpus": 0}, 1: {"gpus": 1}})

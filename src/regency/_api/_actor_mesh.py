@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, NoReturn
 
 from .. import config
 from .._mesh import MeshTrait, Shape
@@ -47,6 +47,16 @@ class ActorMesh(MeshTrait):
         self._tree = tree or tree_for(self._full_shape, proc_addrs, self._fanout)
         self._generation = _incarnation.generation
         self._install_endpoints()
+
+    __iter__ = None  # not iterable (``__getitem__`` below would make it so): as in Monarch
+
+    def __getitem__(self, key: Any) -> NoReturn:
+        """Not an indexed collection (as in Monarch): explains how to select members."""
+        labels = list(self._shape_.labels)
+        example = f"{labels[0]}={key!r}" if labels and isinstance(key, int) else "gpus=0"
+        raise TypeError(f"'ActorMesh' object is not subscriptable: select members with "
+                        f"mesh.slice({example}) (its dimensions: {labels}), and call them "
+                        "with an endpoint's call_one() or call()")
 
     @property
     def _proc_addrs(self) -> tuple[str, ...]:

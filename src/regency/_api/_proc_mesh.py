@@ -555,6 +555,10 @@ class HostMesh(MeshTrait):
         regency extension): each proc of a host takes an equal share of the CPUs there,
         NUMA node after NUMA node (and its node's memory where its share lies in one).
         """
+        if per_host is not None and not isinstance(per_host, Mapping):
+            raise TypeError(f"spawn_procs: per_host must be a dict of dimension sizes, such as "
+                            f"{{'gpus': {per_host!r}}}, not {type(per_host).__name__} "
+                            f"({per_host!r})")
         per_host = dict(per_host or {})
         clash = set(per_host) & set(self._shape_.labels)
         if clash:

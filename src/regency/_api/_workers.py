@@ -315,22 +315,33 @@ def what_differs(worker: dict[str, Any]) -> str:
 async def _attach_all(rt: Runtime, agents: tuple[str, ...], contact: str) -> dict[str, str]:
     """Attach to every worker; what each runs that this controller does not (``""``)."""
     lease = float(config.get("host_lost_timeout"))
-    timeout = float(config.get("connect_timeout"))
+    # past the connect deadline, so that a connection that never opened says why
+    timeout = float(config.get("connect_timeout")) + 2.0
     differs: dict[str, str] = {}
 
     async def one(agent: str) -> None:
         try:
             who = await ask(rt, agent, lambda port, me: m.Attach(port, me, lease), timeout)
         except (asyncio.TimeoutError, TimeoutError) as exc:
-            why = rt.dead_addrs.get(agent, "no answer")
-            raise TransportError(f"cannot attach to worker {agent}: {why}") from exc
+            why = rt.dead_addrs.get(agent, f"no answer in {timeout:g} s")
+            raise TransportError(f"cannot attach to worker {agent}: {why}"
+                                 f"{_attach_hint(why)}") from exc
         except TransportError as exc:
-            raise TransportError(f"cannot attach to worker {agent}: {exc}") from exc
+            raise TransportError(f"cannot attach to worker {agent}: {exc}"
+                                 f"{_attach_hint(str(exc))}") from exc
         api_state(rt).worker_pids[agent] = (str(who["host"]), int(who["pid"]))
         differs[agent] = what_differs(who)
 
     await asyncio.gather(*(one(a) for a in agents))
     return differs
+
+
+def _attach_hint(why: str) -> str:
+    """What to check when a worker could not be reached at all."""
+    if any(word in why.lower() for word in ("refused", "no answer", "cannot reach")):
+        return (" (is `regency worker --listen tcp://0.0.0.0:PORT` running at that address, "
+                "and reachable from here?)")
+    return ""
 
 
 def _start_heartbeat(rt: Runtime) -> None:

@@ -97,12 +97,15 @@ class ProcLogs:
             if (rank is not None and log.rank == rank) or (coords and all(
                     log.coords.get(k) == v for k, v in coords.items())):
                 return log.lines
-        where: object = rank if rank is not None else coords
+        where = f"rank {rank}" if rank is not None else f"coordinates {coords}"
         why = self.missing.get(rank) if rank is not None else None
         if why is None and coords:
             why = next((w for r, w in self.missing.items() if all(
                 self._coords.get(r, {}).get(k) == v for k, v in coords.items())), None)
-        raise KeyError(f"no lines of the proc at {where}" + (f": {why}" if why else ""))
+        if why is None:  # no such proc in the mesh asked
+            ranks = sorted([log.rank for log in self._logs] + list(self.missing))
+            why = f"the mesh has no proc there (its ranks: {ranks})"
+        raise KeyError(f"no lines of the proc at {where}: {why}")
 
     def __str__(self) -> str:
         out = []
