@@ -3,6 +3,8 @@ __init__ before messages, one message at a time, actors calling actors."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from _actors import (
@@ -177,8 +179,8 @@ def test_a_mesh_is_not_indexed_and_says_how_to_select(counters) -> None:
         counters[0]
     with pytest.raises(TypeError, match="not iterable"):  # Monarch's words, at once
         iter(counters)
-    with pytest.raises(TypeError, match="per_host must be a dict of dimension sizes, such "
-                                        "as {'gpus': 4}"):
+    with pytest.raises(TypeError, match=re.escape("per_host must be a dict of dimension "
+                                                  "sizes, such as {'gpus': 4}")):
         this_host().spawn_procs(per_host=4)
 
 
