@@ -152,6 +152,8 @@ def test_unpicklable_return_value_is_an_actor_error(procs) -> None:
     assert type(info.value.exception) is TypeError
     assert "the result of lock could not be pickled" in str(info.value.exception)
     assert "lock" in str(info.value)
+    last = str(info.value).rstrip().splitlines()[-1]  # what a reader sees last says it too
+    assert last.startswith("TypeError: the result of lock could not be pickled"), last
     assert mesh.ok.call_one().get(timeout=T) == 1  # the actor survived
 
 

@@ -422,7 +422,9 @@ class ActorBehavior:
         ``ActorError.exception`` is of the pickling error's type (Monarch's), when it can be
         made again with a text; a ``RuntimeError`` naming it otherwise."""
         text = f"the result of {name} could not be pickled: {type(exc).__name__}: {exc}"
-        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        tb = ("Traceback (most recent call last):\n"  # its last line says what failed
+              + "".join(traceback.format_tb(exc.__traceback__)) + f"{type(exc).__name__}: "
+              f"{text}\n")
         try:
             sealed = seal(type(exc)(text))
         except Exception:  # an exception type that takes other arguments, or won't pickle
