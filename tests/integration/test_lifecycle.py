@@ -239,10 +239,11 @@ def test_bootstrap_failure_is_reported(unhandled_failures) -> None:
 
     procs = this_host().spawn_procs(per_host={"gpus": 1}, bootstrap=boot_raise)
     try:
-        with pytest.raises(Exception, match="bootstrap"):
+        with pytest.raises(Exception, match=r"proc rank 0 \{'gpus': 0\} of proc mesh 'anon' "
+                                            r"\(.*\) failed to start: bootstrap raised"):
             procs.initialized.get(timeout=T)
         probe = procs.spawn("probe", EnvProbe)
-        with pytest.raises(Exception, match="bootstrap"):
+        with pytest.raises(Exception, match="the proc failed to start: bootstrap raised"):
             probe.probe.call("X").get(timeout=T)
     finally:
         procs.stop().get(timeout=T)

@@ -40,7 +40,11 @@ def on_proc_up(rt: Runtime, msg: m.ProcUp) -> None:
         return
     st = info.state
     if msg.error:
-        why = f"proc {msg.addr} failed to start: {msg.error}"
+        rank = info.addr_list.index(msg.addr) if msg.addr in info.addr_list else None
+        where = (f"rank {rank} {dict(info.shape.point(info.shape.local_rank(rank)))} of "
+                 if rank is not None and rank in info.shape.ranks() else "")
+        why = (f"proc {where}proc mesh {info.name!r} ({msg.addr}) failed to start: "
+               f"{msg.error}")
         st.ready.set_exception(SupervisionError(why))
         return
     st.waiting -= 1

@@ -38,6 +38,7 @@ from ._bootstrap import root_context_of
 from ._context import Context, Instance, set_context
 from ._context import _current as ctxvar
 from ._proc_mesh import proc_mesh_of
+from ._replies import with_sources
 from ._state import api_state
 from ._stopping import stop_cells
 
@@ -181,7 +182,7 @@ async def _bootstrap(rt: Runtime, spec: dict[str, Any]) -> str | None:
         if inspect.isawaitable(result):
             await result
     except BaseException as exc:
-        traceback.print_exc()
+        sys.stderr.write(with_sources(traceback.format_exc()))  # the script's lines named
         return f"bootstrap raised {type(exc).__name__}: {exc}"
     finally:
         ctxvar.reset(token)

@@ -35,7 +35,7 @@ def on_spawn_actor(rt: Runtime, msg: m.SpawnActor) -> None:
                    f"in the proc: {type(exc).__name__}: {exc}{_import_hint(exc, rt.hostname)}")
         msg.body = b""  # unpickled once: do not keep the bytes
     else:
-        why = f"the proc's bootstrap failed: {why}"
+        why = f"the proc failed to start: {why}"  # its proc_bind, or its bootstrap
     if why is not None:
         _spawn_failed(rt, msg, g, why)
         return
