@@ -72,20 +72,31 @@ def arm() -> None:
 
 
 def _dump_here(signum: int, frame: FrameType | None) -> None:
-    """The Python-level handler: every thread's stack, in faulthandler's format."""
+    """The Python-level handler: every thread's stack, in faulthandler's format (the main
+    thread's from where the signal found it, not from this handler)."""
     if _armed is not None:
-        _armed.write(format_threads(sys._current_frames(), threading.get_ident()).encode())
+        frames = sys._current_frames()
+        ident = threading.get_ident()
+        if frame is not None:
+            frames[ident] = frame
+        _armed.write(format_threads(frames, ident).encode())
+
+
+#: Where a proc's main thread starts, below ``run_proc``: the fork server's or the
+#: bootstrap program's frames, the same in every proc, left out of dumps.
+_LAUNCH = ("/_runtime/_zygote.py", "<frozen runpy>", "/_api/_bootstrap_main.py")
 
 
 def format_threads(frames: dict[int, FrameType], current: int) -> str:
-    """Stacks as faulthandler writes them: a header per thread, the most recent call first."""
+    """Stacks as faulthandler writes them: a header per thread, the most recent call first
+    (a proc's launch frames left out)."""
     out = []
     for ident, top in sorted(frames.items(), key=lambda kv: kv[0] != current):
         head = "Current thread" if ident == current else "Thread"
         out.append(f"{head} 0x{ident:016x} (most recent call first):\n")
         f: FrameType | None = top
         for _ in range(_MAX_FRAMES):
-            if f is None:
+            if f is None or f.f_code.co_filename.endswith(_LAUNCH):
                 break
             code = f.f_code
             out.append(f'  File "{code.co_filename}", line {f.f_lineno} in {code.co_name}\n')
