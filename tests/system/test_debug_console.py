@@ -154,7 +154,7 @@ def test_bad_commands_and_ranks_say_what_exists(terms: Terminals) -> None:
     con.expect("no paused rank 2 of 'Worker'; paused: Worker ranks 1, 3")
     con.expect(DBG)
     con.sendline("attach Nobody 1")
-    con.expect("no paused rank 1 of 'Nobody'; paused: Worker ranks 1, 3")
+    con.expect("no actor 'Nobody' has a paused rank; paused: Worker ranks 1, 3")
     con.expect(DBG)
     con.sendline("cast Worker ranks(0) p 1")
     con.expect("no paused rank of 'Worker' matches; paused: Worker ranks 1, 3")

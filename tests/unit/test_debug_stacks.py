@@ -65,3 +65,13 @@ def test_the_python_handler_writes_what_the_parser_reads() -> None:
     assert len(current) == 1 and "test_the_python_handler_writes" in current[0].frames[0]
     parked = [x for x in threads if any("parked_here" in f for f in x.frames)]
     assert len(parked) == 1 and "in wait" in parked[0].frames[0]
+
+
+def test_a_controllers_command_line_is_cut_at_a_word() -> None:
+    """``regency debug`` and ``regency stack`` list controllers by their command lines."""
+    from regency._debug._discovery import _shortened
+
+    long = "/usr/bin/python -m pytest tests/system/test_debug_console.py -k attach"
+    assert _shortened(long, 60) == "/usr/bin/python -m pytest..."
+    assert _shortened("python job.py", 60) == "python job.py"
+    assert _shortened("x" * 100, 20) == "x" * 17 + "..."

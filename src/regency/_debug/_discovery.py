@@ -36,8 +36,16 @@ class Controller:
     def describe(self) -> str:
         """One line: pid, job, command line and age."""
         age = max(0, int(time.time() - self.started))
-        cmd = " ".join(self.argv)[:60] or "?"
+        cmd = _shortened(" ".join(self.argv), 60) or "?"
         return f"pid {self.pid} (job {self.job}, {cmd}, running {age}s)"
+
+
+def _shortened(text: str, width: int) -> str:
+    """``text`` cut at a word boundary to fit ``width``, with "..." where it was cut."""
+    if len(text) <= width:
+        return text
+    cut = text[:width - 3].rsplit(" ", 1)[0] if " " in text[:width - 3] else text[:width - 3]
+    return cut + "..."
 
 
 def runtime_dir() -> Path:

@@ -271,10 +271,12 @@ class DebugService:
                                       for a, r in sorted(names.items()))
 
     def _attach(self, cmd: Command) -> None:
-        hits = [(sid, s) for sid, s in self._find(cmd.actor) if s.start.rank == cmd.rank]
+        found = self._find(cmd.actor)
+        hits = [(sid, s) for sid, s in found if s.start.rank == cmd.rank]
         if not hits:
-            self._say(f"no paused rank {cmd.rank} of {cmd.actor!r}; {self._what_exists()}\n",
-                      PROMPT)
+            what = (f"no paused rank {cmd.rank} of {cmd.actor!r}" if found
+                    else f"no actor {cmd.actor!r} has a paused rank")
+            self._say(f"{what}; {self._what_exists()}\n", PROMPT)
             return
         sid, s = hits[0]
         self.attached = sid
@@ -289,8 +291,9 @@ class DebugService:
         chosen = [(sid, s) for sid, s in self._find(cmd.actor)
                   if cmd.spec.matches(s.start.rank, s.start.coords)]
         if not chosen:
-            self._say(f"no paused rank of {cmd.actor!r} matches; {self._what_exists()}\n",
-                      PROMPT)
+            what = ("no paused rank of {!r} matches" if self._find(cmd.actor)
+                    else "no actor {!r} has a paused rank").format(cmd.actor)
+            self._say(f"{what}; {self._what_exists()}\n", PROMPT)
             return
         chosen.sort(key=lambda p: p[1].start.rank)
         busy = [sid for sid, s in chosen if s.prompt is None]
