@@ -186,6 +186,35 @@ def test_the_report_of_a_crash_during_a_broadcast_names_the_endpoint(tmp_path, r
     assert_fail_fast(run, "exited with code 3", "endpoint: os_exit")
 
 
+def test_other_failures_while_exiting_are_summed_up_in_a_few_lines(tmp_path, reap) -> None:
+    """A broadcast that fails on all 8 ranks: one report; the others that reach the
+    controller before it exits get a line each, three at most, then a count."""
+    run = run_failing(tmp_path, """
+        procs, victims = spawn_victims(8)
+        mark("T0")
+        victims.boom.broadcast("all fail")
+        time.sleep(60)
+        """)
+    reap.append(run.tag)
+    assert run.returncode == 1 and banner_count(run.stderr) == 1, describe(run)
+    also = [ln for ln in run.stderr.splitlines() if "meanwhile, also unhandled" in ln]
+    assert len(also) <= 3, describe(run)
+    assert all("ValueError: all fail" in ln and "mesh '" in ln for ln in also), describe(run)
+    more = [ln for ln in run.stderr.splitlines() if "more unhandled failure(s)" in ln]
+    assert len(more) <= 1 and (not more or len(also) == 3), describe(run)
+
+
+def test_a_reports_summary_names_the_mesh_ranks_and_cause() -> None:
+    from regency._api._failfast import summary
+
+    report = ("=== regency: unhandled failure, stopping the program ===\n"
+              "The actor <__main__.W w{'gpus': 1}> and all its descendants have failed:\n"
+              "  RuntimeError: boom\nmesh 'w-1' failed: rank 1 {'gpus': 1}\n"
+              "  actor:    __main__.W\n  cause:    RuntimeError: boom\n")
+    assert summary(report) == "mesh 'w-1' failed: rank 1 {'gpus': 1}: RuntimeError: boom"
+    assert summary("something else\n") == "something else"
+
+
 CGROUP_BODY = """
     CGROUP_PROCS = {procs!r}
 

@@ -185,6 +185,7 @@ def _at_exit() -> None:
     _output.release_all()  # procs' lines held back by a line the script left open
     code = _failfast.pending_exit_code()
     if code is not None:
+        _failfast.say_how_many_more()
         os._exit(code)  # a failure arrived after the script's last line: never exit 0
 
 

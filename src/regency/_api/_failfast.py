@@ -22,6 +22,8 @@ from .._runtime._borrow import defer_interrupts
 
 _exit_code: int | None = None
 _installed = False
+_more = 0  # unhandled failures reported after the fail-fast one (summed up, not shown whole)
+_ALSO_SHOWN = 3  # of those, how many get a line of their own
 _exit_hook = False  # regency's exit hook is stopping the meshes: the script has ended
 INTERRUPTED = 130  # 128 + SIGINT
 _reporting = False  # the main thread is printing an uncaught exception: do not interrupt it
@@ -123,9 +125,14 @@ def _interrupt_later() -> None:
 
 
 def fail_fast(report: str, code: int = 1) -> None:
-    """Print ``report`` once and make the program exit with ``code`` promptly."""
-    global _exit_code
+    """Print ``report`` once and make the program exit with ``code`` promptly; a report
+    that comes while the program exits is summed up in one line (the other ranks of a
+    broadcast that failed on all of them, say)."""
+    global _exit_code, _more
     if _exit_code is not None:
+        if _more < _ALSO_SHOWN:
+            _output.interject(f"regency: meanwhile, also unhandled: {summary(report)}")
+        _more += 1
         return
     _exit_code = code
     _output.interject(report)  # whole, after the script's open line
@@ -141,6 +148,24 @@ def fail_fast(report: str, code: int = 1) -> None:
         _redeliver_until_heard(main)
     else:
         _thread.interrupt_main()
+
+
+def summary(report: str) -> str:
+    """One line of a failure report: which mesh and ranks failed, and the cause."""
+    lines = [ln.strip() for ln in report.splitlines() if ln.strip()]
+    what = next((ln for ln in lines if ln.startswith("mesh '")), "")
+    cause = next((ln.removeprefix("cause:").strip() for ln in lines
+                  if ln.startswith("cause:")), "")
+    if what and cause:
+        return f"{what}: {cause}"
+    return what or cause or (lines[-1] if lines else report)
+
+
+def say_how_many_more() -> None:
+    """At exit: how many more unhandled failures came than were summed up (none: quiet)."""
+    left = _more - _ALSO_SHOWN
+    if left > 0:
+        _output.interject(f"regency: and {left} more unhandled failure(s) while exiting")
 
 
 def _redeliver_until_heard(main: threading.Thread) -> None:
@@ -161,6 +186,7 @@ def _redeliver_until_heard(main: threading.Thread) -> None:
 
 def reset() -> None:
     """Forget a pending fail-fast (tests, notebooks)."""
-    global _exit_code
+    global _exit_code, _more
     _exit_code = None
+    _more = 0
     _heard.clear()
