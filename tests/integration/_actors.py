@@ -12,6 +12,7 @@ import hashlib
 import logging
 import os
 import threading
+import time
 from typing import Any
 
 from regency.actor import (
@@ -723,16 +724,18 @@ class Weights(Actor):
 
 
 class Noting(Actor):
-    """Appends ``tag`` to a file when it cleans up (a file: the order is causal)."""
+    """Appends ``tag`` to a file when it cleans up (a file: the order is causal), after
+    ``slow`` seconds."""
 
-    def __init__(self, path: str, tag: str) -> None:
-        self.path, self.tag = path, tag
+    def __init__(self, path: str, tag: str, slow: float = 0.0) -> None:
+        self.path, self.tag, self.slow = path, tag, slow
 
     @endpoint
     def ok(self) -> int:
         return 1
 
     def __cleanup__(self, exc: BaseException | None) -> None:
+        time.sleep(self.slow)
         with open(self.path, "a") as f:
             f.write(self.tag + "\n")
 
@@ -745,7 +748,7 @@ class NotingOwner(Noting):
         from regency.actor import this_proc
 
         self.procs = this_host().spawn_procs(per_host={"k": 2}, name="notingkids")
-        self.kids = self.procs.spawn("kids", Noting, self.path, "kid")
+        self.kids = self.procs.spawn("kids", Noting, self.path, "kid", 0.3)
         self.local = this_proc().spawn("local", Noting, self.path, "local")
         self.kids.ok.call().get(timeout=20)
         return self.kids, self.local

@@ -384,7 +384,7 @@ def test_stop_of_a_proc_mesh_slice_then_of_the_whole_mesh() -> None:
         _kill_if_alive(pids)
 
 
-@pytest.mark.parametrize("stop", ["actor mesh", "proc mesh"])
+@pytest.mark.parametrize("stop", ["actor mesh", "proc mesh", "both"])
 def test_an_owners_meshes_clean_up_before_it_and_their_calls_say_why(tmp_path, stop) -> None:
     """As in Monarch: what an actor spawned stops first. A mesh it handed out says, when
     called afterwards, that its proc was stopped because its owner stopped (it said the
@@ -394,8 +394,15 @@ def test_an_owners_meshes_clean_up_before_it_and_their_calls_say_why(tmp_path, s
     owner = procs.spawn("owner", NotingOwner, str(notes), "owner")
     kids, local = owner.setup.call_one().get(timeout=T)
     assert kids.ok.call().get(timeout=T).values() == [1, 1]
-    (owner if stop == "actor mesh" else procs).stop().get(timeout=T)
-    lines = notes.read_text().split()
+    if stop == "actor mesh":
+        owner.stop().get(timeout=T)
+    elif stop == "proc mesh":
+        procs.stop().get(timeout=T)
+    else:  # both at once: the owner's stop still ends (its proc goes meanwhile)
+        stopping = owner.stop()
+        procs.stop().get(timeout=T)
+        stopping.get(timeout=T)
+    lines = notes.read_text().split()  # the kids' slow __cleanup__ was not cut short
     assert sorted(lines[:-1]) == ["kid", "kid", "local"] and lines[-1] == "owner", lines
     with pytest.raises(SupervisionError) as caught:
         kids.ok.call().get(timeout=T)

@@ -18,7 +18,7 @@ from ._actor import Actor, EndpointProperty, NotAnEndpoint, endpoints_of, is_asy
 from ._endpoint import Endpoint, post_call
 from ._future import Future, completed
 from ._mailbox import limit_of
-from ._mesh_state import countdown_port
+from ._mesh_state import agent_port, countdown_port
 from ._process import runtime
 from ._route import Route, tree_for
 from ._state import api_state, supervisor
@@ -139,15 +139,25 @@ class ActorMesh(MeshTrait):
             supervisor(rt).ranks_stopped(self._uid, frozenset(ranks), reason)
         done = Completion(f"mesh {self._uid} to stop")
         live = [g for g in ranks if self._proc_addrs[g] not in rt.dead_addrs]
-        port = countdown_port(len(live), done)  # a dead member has nothing to stop
         route = self._route
         if route.tree is not None:  # down the tree the calls before it took: after them
+            port = countdown_port(len(live), done)  # a dead member has nothing to stop
             data, buffers = dumps(StopActor(self._uid, reason, port))
             post_call(rt, route, self._uid, SYSTEM_ENDPOINT + StopActor.KIND, None,
                       [data, *buffers])
             return Future._from(done)
+        left = {"n": len(live)}
+
+        def one_done() -> None:  # a member answered, or its proc was lost meanwhile
+            left["n"] -= 1
+            if left["n"] == 0:
+                done.set_result(None)
+
+        if not live:
+            done.set_result(None)
         for g in live:
-            rt.send_sys(self._proc_addrs[g], StopActor(self._uid, reason, port))
+            addr = self._proc_addrs[g]
+            rt.send_sys(addr, StopActor(self._uid, reason, agent_port(addr, one_done)))
         return Future._from(done)
 
     def __reduce__(self) -> tuple[Any, ...]:

@@ -39,7 +39,8 @@ from ..errors import DeadlineExceeded
 from ._cancel import cancel_call
 from ._context import _current, deadline_scope, expiry_for
 
-__all__ = ["deadline", "expired_before_sent", "not_sent", "scope", "seconds_text", "watch"]
+__all__ = ["deadline", "expire_late", "expired_before_sent", "not_sent", "scope",
+           "seconds_text", "watch"]
 
 #: The ``deadline()`` blocks' own (kept by ``_context``, which ``time_remaining`` reads).
 scope = deadline_scope
@@ -170,6 +171,15 @@ class _Timer:
                 return due
             self.cond.wait(heap[0][0] - now)
             heap = self.heap
+
+
+def expire_late(call: Any, entry: list[Any]) -> bool:
+    """A reply came after ``call``'s deadline, before the timer failed it: it fails now,
+    as the timer would have (a late answer is no answer: the outcome does not depend on
+    which thread got there first). False where the call cannot be failed so (it takes the
+    reply then)."""
+    _expire(call, entry[2])
+    return not call.pending()
 
 
 def _expire(call: Any, seconds: float) -> None:

@@ -32,7 +32,7 @@ from ..errors import SupervisionError
 from . import _failfast, _future
 from ._cancel import cancel_call
 from ._context import _current
-from ._deadlines import expired_before_sent, not_sent, watch
+from ._deadlines import expire_late, expired_before_sent, not_sent, watch
 from ._deadlines import scope as deadline_scope
 from ._future import Future
 from ._process import runtime
@@ -387,6 +387,9 @@ class _Collector(ReplyReader):
                 got.add(rank)
         try:
             if status == m.OK:
+                entry = self.timer_entry  # came after its deadline: the deadline decides
+                if entry is not None and _monotonic() >= entry[0] and expire_late(self, entry):
+                    return
                 self.value(rank, value)
             else:
                 self.fail(to_exception(status, value))

@@ -60,6 +60,7 @@ def on_proc_exited(rt: Runtime, msg: m.ProcExited, drain: bool = True) -> None:
     if info is not None and not info.state.ready.done():
         info.state.ready.set_exception(SupervisionError(f"proc {addr} {msg.cause}"))
     supervisor(rt).proc_exited(msg, drain=drain)
+    answer_lost_host(addr)  # what was asked of the proc (a stop) is answered
 
 
 def host_lost(rt: Runtime, agent: str, why: str) -> None:
@@ -78,5 +79,6 @@ def host_lost(rt: Runtime, agent: str, why: str) -> None:
 
 
 def on_peer_lost(rt: Runtime, addr: str, exc: BaseException | None) -> None:
-    """A connection to ``addr`` broke."""
+    """A connection to ``addr`` broke: what was asked of it is answered (a stop)."""
     supervisor(rt).connection_lost(addr, f"connection lost ({exc})")
+    answer_lost_host(addr)

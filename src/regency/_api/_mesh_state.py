@@ -52,9 +52,9 @@ def countdown_port(n: int, done: Completion) -> tuple[str, int]:
 
 
 def agent_port(agent: str, answered: Callable[[], None]) -> tuple[str, int]:
-    """A reply port for a request to the host agent ``agent``: ``answered()`` runs once,
-    when the agent answers or when its host is lost (``answer_lost_host``): a request to
-    a host that dies with it must not wait for ever."""
+    """A reply port for a request to the host agent (or proc) at ``agent``: ``answered()``
+    runs once, when it answers or when it is lost (``answer_lost_host``): a request to a
+    process that dies with it must not wait for ever."""
     rt = runtime()
     asked = api_state(rt).asked_agents.setdefault(agent, {})
 
@@ -66,6 +66,14 @@ def agent_port(agent: str, answered: Callable[[], None]) -> tuple[str, int]:
     port_id = rt.open_port(reply)
     asked[port_id] = reply
     return (rt.contact, port_id)
+
+
+def forget_port(agent: str, port_id: int) -> None:
+    """Let an ``agent_port`` go unanswered (its asker gave up)."""
+    rt = runtime()
+    asked = api_state(rt).asked_agents.get(agent)
+    if asked is not None and asked.pop(port_id, None) is not None:
+        rt.close_port(port_id)
 
 
 def answer_lost_host(agent: str) -> None:

@@ -114,6 +114,8 @@ def run_proc(spec: dict[str, Any]) -> int:
     tasks: set[asyncio.Task[None]] = set()
 
     def on_stop(msg: StopProc) -> None:
+        if rt.stopping:
+            return  # a stop (its SIGTERM, say) is under way: it ends the proc
         rt.stopping = True
         _say_retiring(rt, msg.reason)
         tasks.add(rt.loop.create_task(_stop(rt, stop)))

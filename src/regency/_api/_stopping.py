@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from .. import config
@@ -18,6 +19,7 @@ from .._supervision._reasons import actor_gone
 from .._wire import _messages as m
 from ..errors import MeshFailure
 from . import _reattach
+from ._mesh_state import agent_port, forget_port
 from ._state import api_state, supervisor
 
 __all__ = ["Tombstone", "on_stop_actor", "stop_cells", "stop_everything", "stop_owned"]
@@ -38,6 +40,15 @@ class Tombstone:
         self.draining = draining
         self.name = name or getattr(getattr(draining, "instance", None), "name", "") or uid
         self.rank = rank if rank is not None else getattr(draining, "local", None)
+        self.on_released: list[Callable[[], None]] = []  # run (loop) once draining is done
+
+    def when_released(self, then: Callable[[], None]) -> None:
+        """Run ``then`` on the loop once the stopped actor's ``__cleanup__`` is done (at once
+        when it is)."""
+        if self.draining is None:
+            then()
+        else:
+            self.on_released.append(then)
 
     def enqueue(self, call: m.Call, frame: list[memoryview]) -> None:
         """Answer a call with why this actor is gone (Monarch's words: the endpoint call
@@ -58,7 +69,9 @@ def on_stop_actor(rt: Runtime, msg: m.StopActor) -> None:
     cell = rt.cells.get(uid)
     behavior = getattr(cell, "behavior", None)
     if cell is None or behavior is None:
-        if port is not None:
+        if isinstance(cell, Tombstone):  # stopping already: answered once it is done
+            cell.when_released(lambda: _acked(rt, port))
+        elif port is not None:
             rt.send_reply(port, None, m.OK, None)
         return
     stone = rt.cells[uid] = Tombstone(rt, uid, msg.reason, draining=behavior)
@@ -90,6 +103,8 @@ def _after_owned(rt: Runtime, stopping: list[asyncio.Future[None]],
         try:
             await asyncio.wait(stopping, timeout=_owned_timeout())
         finally:
+            for fut in stopping:  # an answer that never came: its port is let go
+                fut.cancel()
             then()
 
     task = rt.loop.create_task(wait())
@@ -111,9 +126,10 @@ def stop_owned(rt: Runtime, owner_uid: str) -> list[asyncio.Future[None]]:
     gone, or the owned actors' ``__cleanup__`` done (or their proc lost)."""
     api = api_state(rt)
     answers: list[asyncio.Future[None]] = []
+    ending: set[str] = set()  # procs stopped whole here: their actors stop with them
     for uid, info in api.proc_meshes.items():
         st = info.state
-        if info.owner_uid != owner_uid or st.stopped:
+        if info.owner_uid != owner_uid or st.stopped or info.detached:
             continue
         st.stopped = "its owner stopped"
         supervisor(rt).mesh_stopped(uid, "its owner stopped")  # no spawn on it again
@@ -121,27 +137,25 @@ def stop_owned(rt: Runtime, owner_uid: str) -> list[asyncio.Future[None]]:
         for addr, agent in zip(info.addr_list, info.agents):
             by_agent.setdefault(agent, []).append(addr)
         for agent, addrs in by_agent.items():
+            ending.update(addrs)
             rt.send_sys(agent, m.StopProcs(addrs, "its owner stopped",
                                            _answered(rt, agent, answers)))
     for uid, rec in list(api.owned.items()):
         if rec.owner_uid == owner_uid:
-            for addr in {rec.proc_addrs[g] for g in rec.shape.ranks()}:
+            for addr in {rec.proc_addrs[g] for g in rec.shape.ranks()} - ending:
                 rt.send_sys(addr, m.StopActor(uid, "its owner stopped",
                                               _answered(rt, addr, answers)))
     return answers
 
 
 def _answered(rt: Runtime, target: str, answers: list[asyncio.Future[None]]) -> m.PortRef:
-    """A port for ``target``'s answer (or its loss), settling a future added to ``answers``."""
+    """A port for ``target``'s answer, or its loss (``answer_lost_host``), settling a future
+    added to ``answers``; cancelling the future lets the port go."""
     fut: asyncio.Future[None] = rt.loop.create_future()
     answers.append(fut)
-
-    def on_reply(reply: Any, frame: Any) -> None:
-        rt.close_port(port_id)
-        _settle(fut)
-
-    port_id = rt.open_port(on_reply, frozenset({target}))
-    return (rt.contact, port_id)
+    port = agent_port(target, lambda: _settle(fut))
+    fut.add_done_callback(lambda f: forget_port(target, port[1]) if f.cancelled() else None)
+    return port
 
 
 async def _then(coro: Any, after: Any) -> None:
@@ -155,6 +169,9 @@ def _released(behavior: Any, stone: Tombstone, then: Any) -> None:
     behavior.release()
     stone.draining = None
     then()
+    waiting, stone.on_released = stone.on_released, []
+    for fn in waiting:  # a sync actor's thread ran this: the loop runs them
+        stone.rt.loop.call_soon_threadsafe(fn)
 
 
 def _acked(rt: Runtime, port: tuple[str, int] | None) -> None:
@@ -170,6 +187,10 @@ async def stop_cells(rt: Runtime, timeout: float, why: str = "the proc is stoppi
     for uid, cell in list(rt.cells.items()):
         behavior = getattr(cell, "behavior", None)
         if behavior is None:
+            if isinstance(cell, Tombstone) and cell.draining is not None:  # its own stop
+                left: asyncio.Future[None] = loop.create_future()  # runs: the proc waits
+                pending.append(left)
+                cell.when_released(partial(_settle, left))
             continue
         fut: asyncio.Future[None] = loop.create_future()
         pending.append(fut)

@@ -618,6 +618,7 @@ class SupervisionState:
             return []
         retired = self._retired_why(addr)
         if retired is not None:  # it said it was stopping: its end is no mystery to wait on
+            self._lost[addr] = ev.reason  # (a respawn may replace it before its exit status)
             failing = _Failing()
             for call in self._calls_on(addr):
                 self._fail(failing, call,
