@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 
 import pytest
 
@@ -270,6 +271,10 @@ def test_an_abstract_actor_fails_at_spawn_as_in_monarch(procs2, unhandled_failur
     assert procs2.spawn("complete", Complete).run.call().get(timeout=T).values() == [42, 42]
     with pytest.raises(SupervisionError, match="Can't instantiate abstract class Incomplete"):
         procs2.spawn("incomplete", Incomplete).run.call().get(timeout=T)
+    deadline = time.monotonic() + T  # both ranks' reports, before the next test begins
+    while len([f for f in unhandled_failures() if "Incomplete" in f.report()]) < 2:
+        assert time.monotonic() < deadline, unhandled_failures()
+        time.sleep(0.01)
 
 
 def test_actor_stops_itself(procs2) -> None:

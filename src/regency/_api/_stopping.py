@@ -40,15 +40,24 @@ class Tombstone:
         self.draining = draining
         self.name = name or getattr(getattr(draining, "instance", None), "name", "") or uid
         self.rank = rank if rank is not None else getattr(draining, "local", None)
-        self.on_released: list[Callable[[], None]] = []  # run (loop) once draining is done
+        # loop thread only: whether the stopped actor's cleanup is done, and who waits for it
+        self.released = draining is None
+        self.on_released: list[Callable[[], None]] = []
 
     def when_released(self, then: Callable[[], None]) -> None:
-        """Run ``then`` on the loop once the stopped actor's ``__cleanup__`` is done (at once
+        """Run ``then`` (loop) once the stopped actor's ``__cleanup__`` is done (at once
         when it is)."""
-        if self.draining is None:
+        if self.released:
             then()
         else:
             self.on_released.append(then)
+
+    def run_released(self) -> None:
+        """The cleanup is done (loop): run what waited for it."""
+        self.released = True
+        waiting, self.on_released = self.on_released, []
+        for fn in waiting:
+            fn()
 
     def enqueue(self, call: m.Call, frame: list[memoryview]) -> None:
         """Answer a call with why this actor is gone (Monarch's words: the endpoint call
@@ -169,9 +178,10 @@ def _released(behavior: Any, stone: Tombstone, then: Any) -> None:
     behavior.release()
     stone.draining = None
     then()
-    waiting, stone.on_released = stone.on_released, []
-    for fn in waiting:  # a sync actor's thread ran this: the loop runs them
-        stone.rt.loop.call_soon_threadsafe(fn)
+    try:  # a sync actor's thread may run this: the loop runs what waits for it
+        stone.rt.loop.call_soon_threadsafe(stone.run_released)
+    except RuntimeError:
+        pass  # the loop is closed: the proc is ending, nobody waits
 
 
 def _acked(rt: Runtime, port: tuple[str, int] | None) -> None:
@@ -187,8 +197,8 @@ async def stop_cells(rt: Runtime, timeout: float, why: str = "the proc is stoppi
     for uid, cell in list(rt.cells.items()):
         behavior = getattr(cell, "behavior", None)
         if behavior is None:
-            if isinstance(cell, Tombstone) and cell.draining is not None:  # its own stop
-                left: asyncio.Future[None] = loop.create_future()  # runs: the proc waits
+            if isinstance(cell, Tombstone) and not cell.released:  # its own stop runs:
+                left: asyncio.Future[None] = loop.create_future()  # the proc waits for it
                 pending.append(left)
                 cell.when_released(partial(_settle, left))
             continue
