@@ -752,3 +752,19 @@ class NotingOwner(Noting):
         self.local = this_proc().spawn("local", Noting, self.path, "local")
         self.kids.ok.call().get(timeout=20)
         return self.kids, self.local
+
+
+class HoldsItsCleanup(Actor):
+    """Its ``__cleanup__`` waits (30 s at most) until the file ``release`` exists."""
+
+    def __init__(self, release: str) -> None:
+        self.release = release
+
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+    def __cleanup__(self, exc: BaseException | None) -> None:
+        limit = time.monotonic() + 30
+        while not os.path.exists(self.release) and time.monotonic() < limit:
+            time.sleep(0.01)

@@ -14,6 +14,7 @@ from _actors import (
     Complete,
     Counter,
     FileCleanup,
+    HoldsItsCleanup,
     Incomplete,
     NeedsArgs,
     NoArgs,
@@ -415,3 +416,29 @@ def test_an_owners_meshes_clean_up_before_it_and_their_calls_say_why(tmp_path, s
     with pytest.raises(SupervisionError, match="stopped"):
         local.ok.call().get(timeout=T)
     procs.stop().get(timeout=T)
+
+
+@pytest.mark.parametrize("fanout", [16, 2])  # 4 members: sent one by one, or down a tree
+def test_a_stop_completes_when_a_member_dies_meanwhile(tmp_path, fanout,
+                                                       unhandled_failures) -> None:
+    """A member whose proc is lost while it cleans up has nothing left to stop: the stop's
+    Future completes once the others are done (down a relay tree it waited for ever)."""
+    import os
+    import signal
+
+    from regency import config
+
+    release = tmp_path / "release"
+    procs = this_host().spawn_procs(per_host={"gpus": 4}, name="dying")
+    try:
+        with config.configured(max_cast_fanout=fanout):
+            mesh = procs.spawn("holds", HoldsItsCleanup, str(release))
+        pids = mesh.pid.call().get(timeout=T).values()
+        stopping = mesh.stop()
+        os.kill(pids[3], signal.SIGKILL)
+        unhandled_failures.wait_for("SIGKILL", timeout=T)  # the death is known
+        release.touch()
+        stopping.get(timeout=T)
+    finally:
+        release.touch()
+        procs.stop().get(timeout=T)

@@ -299,3 +299,31 @@ def test_attaching_to_nothing_says_where_to_look(tmp_path, reap):
     assert run.returncode == 0, describe(run)
     assert "ERROR TransportError cannot attach to worker tcp:127.0.0.1:" in run.stdout
     assert "is `regency worker --listen" in run.stdout, describe(run)
+
+
+UNAWAITED_STOP = """
+import os
+from regency.actor import Actor, endpoint, this_host
+
+
+class Tidy(Actor):
+    @endpoint
+    def ok(self) -> int:
+        return 1
+
+    def __cleanup__(self, exc):
+        with open("cleaned", "w") as f:
+            f.write(repr(exc))
+
+
+procs = this_host().spawn_procs(per_host={"gpus": 1})
+procs.spawn("tidy", Tidy).ok.call().get(timeout=30)
+procs.stop()  # not waited for: the program ends at once
+"""
+
+
+def test_a_stop_not_waited_for_at_the_end_still_cleans_up(tmp_path, reap):
+    run = run_script(tmp_path, UNAWAITED_STOP)
+    reap.append(run.tag)
+    assert run.returncode == 0, describe(run)
+    assert (tmp_path / "cleaned").read_text() == "None", describe(run)

@@ -18,7 +18,7 @@ from ._actor import Actor, EndpointProperty, NotAnEndpoint, endpoints_of, is_asy
 from ._endpoint import Endpoint, post_call
 from ._future import Future, completed
 from ._mailbox import limit_of
-from ._mesh_state import agent_port, countdown_port
+from ._mesh_state import agent_port, members_port
 from ._process import runtime
 from ._route import Route, tree_for
 from ._state import api_state, supervisor
@@ -141,7 +141,9 @@ class ActorMesh(MeshTrait):
         live = [g for g in ranks if self._proc_addrs[g] not in rt.dead_addrs]
         route = self._route
         if route.tree is not None:  # down the tree the calls before it took: after them
-            port = countdown_port(len(live), done)  # a dead member has nothing to stop
+            # each member answers with its rank; a member whose proc is lost meanwhile
+            # counts as stopped (a dead member has nothing to stop)
+            port = members_port({g: self._proc_addrs[g] for g in live}, done)
             data, buffers = dumps(StopActor(self._uid, reason, port))
             post_call(rt, route, self._uid, SYSTEM_ENDPOINT + StopActor.KIND, None,
                       [data, *buffers])

@@ -386,10 +386,10 @@ class _Collector(ReplyReader):
             else:
                 got.add(rank)
         try:
+            entry = self.timer_entry  # came after its deadline: the deadline decides
+            if entry is not None and _monotonic() >= entry[0] and expire_late(self, entry):
+                return
             if status == m.OK:
-                entry = self.timer_entry  # came after its deadline: the deadline decides
-                if entry is not None and _monotonic() >= entry[0] and expire_late(self, entry):
-                    return
                 self.value(rank, value)
             else:
                 self.fail(to_exception(status, value))

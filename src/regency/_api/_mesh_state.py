@@ -1,11 +1,11 @@
 """Helpers of the meshes: their shared state, acknowledgement ports, who is spawning."""
 
-
 from __future__ import annotations
 
 import secrets
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 from .. import config
@@ -61,6 +61,7 @@ def agent_port(agent: str, answered: Callable[[], None]) -> tuple[str, int]:
     def reply(reply: Any = None, frame: Any = None) -> None:
         if asked.pop(port_id, None) is not None:
             rt.close_port(port_id)
+            _drop_if_empty(agent)
             answered()
 
     port_id = rt.open_port(reply)
@@ -74,6 +75,53 @@ def forget_port(agent: str, port_id: int) -> None:
     asked = api_state(rt).asked_agents.get(agent)
     if asked is not None and asked.pop(port_id, None) is not None:
         rt.close_port(port_id)
+        _drop_if_empty(agent)
+
+
+def _drop_if_empty(agent: str) -> None:
+    asked_agents = api_state(runtime()).asked_agents
+    if not asked_agents.get(agent, True):
+        del asked_agents[agent]
+
+
+def members_port(members: Mapping[int, str], done: Completion) -> tuple[str, int]:
+    """One reply port for a request to many members (global rank -> proc address), each
+    answering with its rank: ``done`` completes once every member answered or its proc
+    was lost (``answer_lost_host``)."""
+    rt = runtime()
+    pending = dict(members)
+    asked_agents = api_state(rt).asked_agents
+    port = [0]  # its id, once opened
+
+    def finish() -> None:
+        if not pending and not done.done():
+            rt.close_port(port[0])
+            for addr in set(members.values()):
+                asked = asked_agents.get(addr)
+                if asked is not None:
+                    asked.pop(port[0], None)
+                    _drop_if_empty(addr)
+            done.set_result(None)
+
+    def reply(reply: Any, frame: Any) -> None:
+        rank = getattr(reply, "rank", None)
+        if rank in pending:
+            del pending[rank]
+        elif rank is None and pending:  # a member that does not say which: one of them
+            pending.popitem()
+        finish()
+
+    def lost(addr: str) -> None:
+        for g in [g for g, a in pending.items() if a == addr]:
+            del pending[g]
+        finish()
+
+    port_id = port[0] = rt.open_port(reply)
+    for addr in set(members.values()):
+        asked_agents.setdefault(addr, {})[port_id] = partial(lost, addr)
+    if not pending:
+        finish()
+    return (rt.contact, port_id)
 
 
 def answer_lost_host(agent: str) -> None:

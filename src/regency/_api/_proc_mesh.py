@@ -259,10 +259,13 @@ class ProcMesh(MeshTrait):
             by_agent.setdefault(self._host_agents[g], []).append(self._proc_addrs[g])
         done = Completion(f"proc mesh {self._uid} to stop")
         left = [len(by_agent)]
+        in_flight = api_state(rt).stops_in_flight
+        in_flight.add(done)
 
         def stopped_there() -> None:  # an agent answered, or its host was lost
             left[0] -= 1
             if left[0] == 0:
+                in_flight.discard(done)
                 done.set_result(None)
 
         for agent, addrs in by_agent.items():

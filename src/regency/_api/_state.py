@@ -84,6 +84,9 @@ class ApiState:
     # host agent -> {port: its handler}: requests whose answer a lost host never gives
     # (``_mesh_state.agent_port``), answered by ``host_lost`` instead
     asked_agents: dict[str, dict[int, Any]] = field(default_factory=dict)
+    # ProcMesh.stop() completions not done yet: shutdown waits for them (an unawaited stop
+    # at the end of a script still runs its actors' __cleanup__)
+    stops_in_flight: set[Any] = field(default_factory=set)
     # record parts of detached meshes sent to their workers, not answered yet (``_reattach``)
     kept_sends: set[Any] = field(default_factory=set)
 

@@ -40,6 +40,7 @@ class Tombstone:
         self.draining = draining
         self.name = name or getattr(getattr(draining, "instance", None), "name", "") or uid
         self.rank = rank if rank is not None else getattr(draining, "local", None)
+        self.g: int | None = getattr(draining, "g", None)  # its global rank, when known
         # loop thread only: whether the stopped actor's cleanup is done, and who waits for it
         self.released = draining is None
         self.on_released: list[Callable[[], None]] = []
@@ -79,7 +80,7 @@ def on_stop_actor(rt: Runtime, msg: m.StopActor) -> None:
     behavior = getattr(cell, "behavior", None)
     if cell is None or behavior is None:
         if isinstance(cell, Tombstone):  # stopping already: answered once it is done
-            cell.when_released(lambda: _acked(rt, port))
+            cell.when_released(lambda: _acked(rt, port, cell.g))
         elif port is not None:
             rt.send_reply(port, None, m.OK, None)
         return
@@ -87,9 +88,10 @@ def on_stop_actor(rt: Runtime, msg: m.StopActor) -> None:
 
     def finish() -> Any:
         result = behavior.cleanup(None)
+        acked = partial(_acked, rt, port, behavior.g)  # the member's rank: who answered
         if asyncio.iscoroutine(result):
-            return _then(result, lambda: _released(behavior, stone, lambda: _acked(rt, port)))
-        _released(behavior, stone, lambda: _acked(rt, port))
+            return _then(result, lambda: _released(behavior, stone, acked))
+        _released(behavior, stone, acked)
         return None
 
     def clean_up() -> None:
@@ -184,9 +186,9 @@ def _released(behavior: Any, stone: Tombstone, then: Any) -> None:
         pass  # the loop is closed: the proc is ending, nobody waits
 
 
-def _acked(rt: Runtime, port: tuple[str, int] | None) -> None:
+def _acked(rt: Runtime, port: tuple[str, int] | None, rank: int | None = None) -> None:
     if port is not None:
-        rt.send_reply(port, None, m.OK, None)
+        rt.send_reply(port, rank, m.OK, None)
 
 
 async def stop_cells(rt: Runtime, timeout: float, why: str = "the proc is stopping") -> None:
@@ -254,6 +256,9 @@ async def stop_everything(rt: Runtime, timeout: float) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     await _spawns_delivered(rt, max(0.1, min(5.0, timeout / 2)))
+    stopping = [c.as_asyncio() for c in list(api_state(rt).stops_in_flight)]
+    if stopping:  # stops the script asked for and did not wait for: their cleanup runs
+        await asyncio.wait(stopping, timeout=max(0.1, (deadline - loop.time()) / 2))
     by_agent: dict[str, list[str]] = {}
     for info in api_state(rt).proc_meshes.values():
         if info.state.stopped or info.detached:  # a detached mesh: its workers keep it
