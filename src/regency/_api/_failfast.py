@@ -25,7 +25,7 @@ _installed = False
 _more = 0  # unhandled failures reported after the fail-fast one (summed up, not shown whole)
 _ALSO_SHOWN = 3  # of those, how many get a line of their own
 _exit_hook = False  # regency's exit hook is stopping the meshes: the script has ended
-INTERRUPTED = 130  # 128 + SIGINT
+INTERRUPTED = 128 + int(signal.SIGINT)  # 130: what a shell reports after Ctrl-C
 _reporting = False  # the main thread is printing an uncaught exception: do not interrupt it
 _REDELIVER_S = 0.2
 #: Set by the handler once it has seen a pending fail-fast: the SIGINT was delivered.

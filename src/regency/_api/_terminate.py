@@ -35,7 +35,7 @@ from . import _failfast
 __all__ = ["EXIT_CODE", "install_in_controller", "install_in_proc", "install_in_worker"]
 
 EXIT_CODE = 128 + int(signal.SIGTERM)  # 143: what a shell reports for a SIGTERMed process
-INTERRUPTED = 128 + int(signal.SIGINT)  # 130: for Ctrl-C
+INTERRUPTED = _failfast.INTERRUPTED  # 130: for Ctrl-C
 _state = {"received": False, "exiting": False}
 
 
