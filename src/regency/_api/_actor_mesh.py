@@ -18,7 +18,7 @@ from ._actor import Actor, EndpointProperty, NotAnEndpoint, endpoints_of, is_asy
 from ._endpoint import Endpoint, post_call
 from ._future import Future, completed
 from ._mailbox import limit_of
-from ._mesh_state import agent_port, members_port
+from ._mesh_state import members_port
 from ._process import runtime
 from ._route import Route, tree_for
 from ._state import api_state, supervisor
@@ -138,28 +138,18 @@ class ActorMesh(MeshTrait):
         else:
             supervisor(rt).ranks_stopped(self._uid, frozenset(ranks), reason)
         done = Completion(f"mesh {self._uid} to stop")
-        live = [g for g in ranks if self._proc_addrs[g] not in rt.dead_addrs]
+        live = {g: self._proc_addrs[g] for g in ranks  # a dead member has nothing to stop
+                if self._proc_addrs[g] not in rt.dead_addrs}
+        # each member answers with its rank; one whose proc is lost meanwhile counts as stopped
+        port = members_port(live, done)
         route = self._route
         if route.tree is not None:  # down the tree the calls before it took: after them
-            # each member answers with its rank; a member whose proc is lost meanwhile
-            # counts as stopped (a dead member has nothing to stop)
-            port = members_port({g: self._proc_addrs[g] for g in live}, done)
             data, buffers = dumps(StopActor(self._uid, reason, port))
             post_call(rt, route, self._uid, SYSTEM_ENDPOINT + StopActor.KIND, None,
                       [data, *buffers])
             return Future._from(done)
-        left = {"n": len(live)}
-
-        def one_done() -> None:  # a member answered, or its proc was lost meanwhile
-            left["n"] -= 1
-            if left["n"] == 0:
-                done.set_result(None)
-
-        if not live:
-            done.set_result(None)
-        for g in live:
-            addr = self._proc_addrs[g]
-            rt.send_sys(addr, StopActor(self._uid, reason, agent_port(addr, one_done)))
+        for addr in live.values():
+            rt.send_sys(addr, StopActor(self._uid, reason, port))
         return Future._from(done)
 
     def __reduce__(self) -> tuple[Any, ...]:
